@@ -1,0 +1,43 @@
+# Mediaplane: the two set-up commands are `make run` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test check lint bench debs venv clean
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+debs:
+	bash tools/ensure-debs.sh
+
+## make run: the all-in-one local demo (mp-edge on 127.0.0.1:8080 with a demo flow)
+run: debs venv
+	$(PY) -m tools.demo
+
+## make test: installs what the tests need and runs the whole suite
+test: debs venv
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: venv
+	$(VENV)/bin/ruff check appliance services cli tests bench tools
+	$(VENV)/bin/ruff format --check appliance services cli tests bench tools
+
+## make check: lint, type check and the tests
+check: lint
+	$(VENV)/bin/mypy
+	$(MAKE) test
+
+## make bench: benchmarks against real peers, run on demand (not in CI)
+bench: debs venv
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests and the demo need, only when missing.
+# Debian 12 (bookworm) package names; run as root (CI and the appliance build are).
+set -euo pipefail
+packages=(
+  libsrt1.5-openssl libsrt-openssl-dev srt-tools   # SRT: the library we bind and its reference peer
+  ffmpeg                                             # test streams, ffprobe, prompeg FEC peer
+  gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+  chromium                                           # the setup wizard test (driven by playwright)
+  tmux                                               # drives `mp stats --watch` in a real terminal
+  iproute2                                           # network namespaces for multicast tests
+  socat wrk                                          # benchmark peers and load
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "ensure-debs: installing ${missing[*]}" >&2
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+"${sudo_cmd[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
