@@ -1,0 +1,157 @@
+"""The engine worker process: runs flows, answers commands, reports counters.
+
+Started by the control process as ``python -m services.edge.engine.worker --fd N``
+with one end of a socketpair. Packets never wait on the control process: the
+stats snapshot is sent from its own task every ``STATS_INTERVAL_S``, and a slow
+control process only delays snapshots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+import trio
+from pydantic import TypeAdapter, ValidationError
+
+from appliance.models.config import FlowConfig, OutputConfig
+from services.edge.engine.flow import FlowRuntime
+from services.edge.engine.ipc import STATS_INTERVAL_S, MessageStream
+from services.edge.engine.udp import FlowStartError
+
+_log = logging.getLogger("mediaplane.engine")
+_OUTPUT = TypeAdapter[OutputConfig](OutputConfig)
+
+
+class Worker:
+    """Flows of this worker, keyed by id, and the command handlers (a dispatch table, H4)."""
+
+    def __init__(self, link: MessageStream, nursery: trio.Nursery) -> None:
+        self.link = link
+        self.nursery = nursery
+        self.flows: dict[str, FlowRuntime] = {}
+        self._failures: list[dict[str, Any]] = []
+        self._handlers = {
+            "start_flow": self._start_flow,
+            "stop_flow": self._stop_flow,
+            "add_output": self._add_output,
+            "remove_output": self._remove_output,
+        }
+
+    async def serve(self) -> None:
+        while True:
+            message = await self.link.receive()
+            if message is None or message.get("op") == "shutdown":
+                return
+            handler = self._handlers.get(str(message.get("op")))
+            reply: dict[str, Any] = {"op": "reply", "id": message.get("id"), "ok": True}
+            if handler is None:
+                reply.update(ok=False, error=f"unknown command {message.get('op')!r}")
+            else:
+                try:
+                    await handler(message)
+                except (FlowStartError, ValidationError, KeyError) as exc:
+                    reply.update(ok=False, error=_message_of(exc))
+                except Exception as exc:  # the command boundary: a bug answers, the worker runs on
+                    _log.error("command %s failed", message.get("op"), exc_info=exc)
+                    reply.update(ok=False, error=f"engine error: {exc}")
+            await self.link.send(reply)
+
+    async def _start_flow(self, message: dict[str, Any]) -> None:
+        config = FlowConfig.model_validate(message["flow"])
+        if config.id in self.flows:
+            raise FlowStartError(f"flow {config.id!r} is already running")
+        runtime = FlowRuntime(config, self._flow_failed)
+        await self.nursery.start(self._run_flow, runtime)
+
+    async def _run_flow(self, runtime: FlowRuntime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.flows[runtime.flow_id] = runtime
+        try:
+            await runtime.run(task_status=task_status)
+        finally:
+            if self.flows.get(runtime.flow_id) is runtime:
+                del self.flows[runtime.flow_id]
+
+    async def _stop_flow(self, message: dict[str, Any]) -> None:
+        runtime = self.flows.pop(str(message["flow_id"]), None)
+        if runtime is not None:
+            runtime.stop()
+
+    async def _add_output(self, message: dict[str, Any]) -> None:
+        runtime = self._flow(message)
+        runtime.add_output(_OUTPUT.validate_python(message["output"]))
+
+    async def _remove_output(self, message: dict[str, Any]) -> None:
+        runtime = self._flow(message)
+        if not runtime.remove_output(str(message["output_id"])):
+            raise FlowStartError(f"output {message['output_id']!r} is not running in flow {runtime.flow_id!r}")
+
+    def _flow(self, message: dict[str, Any]) -> FlowRuntime:
+        runtime = self.flows.get(str(message["flow_id"]))
+        if runtime is None:
+            raise FlowStartError(f"flow {message['flow_id']!r} is not running in this worker")
+        return runtime
+
+    def _flow_failed(self, flow_id: str, error: str) -> None:
+        self._failures.append({"op": "flow_failed", "flow_id": flow_id, "error": error})
+
+    async def report(self) -> None:
+        """Send every flow's counters at a fixed cadence, and failures as they happen."""
+        while True:
+            await trio.sleep(STATS_INTERVAL_S)
+            now = trio.current_time()
+            while self._failures:
+                await self.link.send(self._failures.pop(0))
+            flows = {flow_id: runtime.counters(now) for flow_id, runtime in self.flows.items()}
+            await self.link.send({"op": "stats", "flows": flows})
+
+
+def _message_of(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        return "invalid flow configuration"
+    if isinstance(exc, KeyError):
+        return f"malformed command: missing {exc}"
+    return str(exc)
+
+
+async def _main(fd: int) -> None:
+    sock = socket.socket(fileno=fd)
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+    link = MessageStream(stream)
+    async with trio.open_nursery() as nursery:
+        worker = Worker(link, nursery)
+        nursery.start_soon(worker.report)
+        try:
+            await worker.serve()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the control process went away: so do we
+        nursery.cancel_scope.cancel()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="mediaplane-engine-worker")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--worker-id", type=int, default=0)
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s worker-{args.worker_id} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # Ctrl-C at a terminal reaches the whole process group; the control process stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        os.nice(0)
+        trio.run(_main, args.fd)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""``mp-edge``: the media edge node (control process).
+
+Startup order (interop.md 1.1): load or create the configuration (a file that
+cannot be read or validated ends the process with status 2 and is never
+overwritten), start the engine workers and every enabled flow, then serve the
+API. SIGINT/SIGTERM stop it cleanly: the API drains, the workers exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import trio
+from quart_trio import QuartTrio
+
+from appliance import __version__
+from appliance.config.store import EdgeConfigStore
+from appliance.errors import ConfigFileError
+from appliance.http.app import create_app, serve
+from services.edge.engine.supervisor import default_worker_count
+from services.edge.metrics import EdgeMetrics
+from services.edge.service import EdgeService
+
+_log = logging.getLogger("mediaplane.edge")
+
+
+def build_app(service: EdgeService) -> QuartTrio:
+    """The edge's quart-trio app around a service."""
+    from services.edge.api.routes import bp
+
+    app = create_app("mediaplane-edge")
+    app.config["EDGE_SERVICE"] = service
+    app.config["EDGE_METRICS"] = EdgeMetrics(service.snapshot)
+    app.register_blueprint(bp)
+    return app
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError("the port must be 1-65535")
+    return value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mp-edge", description="Mediaplane media edge node")
+    parser.add_argument("--config-dir", default="/var/lib/mediaplane/edge", help="holds config.json and secrets.json")
+    parser.add_argument("--listen-addr", help="API bind address for this run (not written back)")
+    parser.add_argument("--listen-port", type=_port, help="API port for this run (not written back)")
+    parser.add_argument("--workers", type=int, default=default_worker_count(), help="engine worker processes")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--version", action="version", version=f"mp-edge {__version__}")
+    return parser.parse_args(argv)
+
+
+async def run_edge(service: EdgeService, host: str, port: int, *, certfile: str | None, keyfile: str | None) -> None:
+    """Run the service and the API until SIGINT or SIGTERM."""
+    app = build_app(service)
+    stop = trio.Event()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch_signals() -> None:
+                async for signum in signals:
+                    _log.info("%s received: stopping", signal.Signals(signum).name)
+                    stop.set()
+                    return
+
+            nursery.start_soon(watch_signals)
+            await nursery.start(service.run)
+            await nursery.start(lambda task_status: serve(app, host, port, shutdown_trigger=stop.wait, certfile=certfile, keyfile=keyfile, task_status=task_status))
+            scheme = "https" if certfile else "http"
+            shown = f"[{host}]" if ":" in host else host
+            _log.info("mp-edge %s listening on %s://%s:%d", __version__, scheme, shown, port)
+            _notify_ready(nursery)
+            await stop.wait()
+            # Let hypercorn finish its graceful shutdown, then stop the flows and workers.
+            with trio.move_on_after(3):
+                await trio.sleep(0.2)
+            nursery.cancel_scope.cancel()
+
+
+def _notify_ready(nursery: trio.Nursery) -> None:
+    try:
+        from appliance import systemd
+    except ImportError:  # pragma: no cover - arrives with the image issue
+        return
+    systemd.notify("READY=1")
+    interval = systemd.watchdog_interval()
+    if interval:
+        async def ping() -> None:
+            while True:
+                systemd.notify("WATCHDOG=1")
+                await trio.sleep(interval / 2)
+
+        nursery.start_soon(ping)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    logging.getLogger("mediaplane.access").setLevel(logging.WARNING if args.log_level == "info" else logging.DEBUG)
+    store = EdgeConfigStore(Path(args.config_dir))
+    try:
+        config = store.load()
+    except ConfigFileError as exc:
+        print(f"mp-edge: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    host = args.listen_addr or config.server.listen_addr
+    port = args.listen_port or config.server.listen_port
+    tls = config.server.tls
+
+    async def _run() -> None:
+        service = EdgeService(store, config, version=__version__, workers=max(1, args.workers), log_level=args.log_level)
+        await run_edge(
+            service,
+            host,
+            port,
+            certfile=tls.cert_path if tls else None,
+            keyfile=tls.key_path if tls else None,
+        )
+
+    try:
+        trio.run(_run)
+    except KeyboardInterrupt:
+        pass
+    except BaseException as exc:
+        os_error = _first(exc, OSError)
+        if os_error is None:
+            raise
+        print(f"mp-edge: cannot listen on {host}:{port}: {os_error.strerror or os_error}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def _first(exc: BaseException, kind: type[OSError]) -> OSError | None:
+    """The first ``kind`` inside an exception (group), or None."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first(inner, kind)
+            if found is not None:
+                return found
+    return None
+
+
+if __name__ == "__main__":
+    main()

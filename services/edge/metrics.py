@@ -1,0 +1,188 @@
+"""Prometheus exposition of the edge: a custom collector over the stats snapshot.
+
+The collector reads the same ``StatsSnapshot`` as the JSON routes at scrape
+time; nothing in the data plane touches prometheus-client. Only running flows
+emit per-flow series (edge interface §4, GET /metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from appliance.models.stats import FlowState, StatsSnapshot
+
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+P = "mediaplane_edge_"
+# The interface names these counters without the `_total` suffix. prometheus-client
+# always writes `<name>_total` on a counter's HELP/TYPE lines, so `render` puts the
+# exact names back on those lines (the sample lines already carry them).
+_UNSUFFIXED_COUNTERS: Final = (
+    P + "flow_input_packets_lost",
+    P + "flow_input_packets_filtered",
+    P + "flow_output_packets_dropped",
+)
+
+
+def _counter(name: str, doc: str, labels: list[str]) -> tuple[Metric, Callable[[list[str], float], None]]:
+    metric = Metric(name.removesuffix("_total"), doc, "counter")
+
+    def add(values: list[str], value: float) -> None:
+        metric.add_sample(name, dict(zip(labels, values, strict=True)), value)
+
+    return metric, add
+
+
+class EdgeCollector(Collector):
+    """Builds every ``mediaplane_edge_*`` family from a fresh snapshot at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], StatsSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        snap = self._snapshot()
+        system = snap.system
+        info = InfoMetricFamily(P[:-1], "Edge build information", labels=["version"])
+        info.add_metric([system.version], {})
+        # InfoMetricFamily appends `_info`; the interface names it mediaplane_edge_info.
+        yield info
+        yield GaugeMetricFamily(P + "uptime_seconds", "Seconds since the edge started", value=system.uptime_secs)
+        yield GaugeMetricFamily(P + "flows_total", "Flows defined in the configuration", value=system.total_flows)
+        yield GaugeMetricFamily(P + "flows_active", "Flows currently running", value=system.active_flows)
+
+        flow_l, out_l = ["flow_id"], ["flow_id", "output_id"]
+        families: list[Metric] = []
+
+        def counter(name: str, doc: str, labels: list[str]) -> Callable[[list[str], float], None]:
+            metric, add = _counter(P + name, doc, labels)
+            families.append(metric)
+            return add
+
+        def gauge(name: str, doc: str, labels: list[str]) -> Callable[[list[str], float], None]:
+            metric = GaugeMetricFamily(P + name, doc, labels=labels)
+            families.append(metric)
+            return lambda values, value: metric.add_metric(values, value)
+
+        in_packets = counter("flow_input_packets_total", "Datagrams received on the input", flow_l)
+        in_bytes = counter("flow_input_bytes_total", "Bytes received on the input", flow_l)
+        in_bitrate = gauge("flow_input_bitrate_bps", "Input bitrate over the last second", flow_l)
+        in_lost = counter("flow_input_packets_lost", "RTP packets lost after FEC and 2022-7", flow_l)
+        in_fec = counter("flow_input_fec_recovered_total", "Packets rebuilt by FEC", flow_l)
+        in_switch = counter("flow_input_redundancy_switches_total", "Changes of the supplying leg", flow_l)
+        in_filtered = counter("flow_input_packets_filtered", "Datagrams dropped by input filters", flow_l)
+        pdv = gauge("flow_pdv_jitter_us", "Packet delay variation (microseconds)", flow_l)
+        iat_avg = gauge("flow_iat_avg_us", "Mean inter-arrival time (microseconds)", flow_l)
+        out_packets = counter("flow_output_packets_total", "Datagrams sent by the output", out_l)
+        out_bytes = counter("flow_output_bytes_total", "Bytes sent by the output", out_l)
+        out_bitrate = gauge("flow_output_bitrate_bps", "Output bitrate over the last second", out_l)
+        out_dropped = counter("flow_output_packets_dropped", "Packets dropped on a full output queue", out_l)
+        out_fec = counter("flow_output_fec_sent_total", "FEC packets sent", out_l)
+        srt_rtt = gauge("srt_rtt_ms", "SRT round-trip time (ms)", ["flow_id", "output_id", "leg"])
+        srt_loss = counter("srt_loss_total", "SRT packets lost", ["flow_id", "output_id", "leg"])
+        tr_names = (
+            ("ts_packets_total", "ts_packets_analyzed"),
+            ("sync_byte_errors_total", "sync_byte_errors"),
+            ("cc_errors_total", "cc_errors"),
+            ("pat_errors_total", "pat_errors"),
+            ("pmt_errors_total", "pmt_errors"),
+            ("tei_errors_total", "tei_errors"),
+            ("pcr_discontinuity_errors_total", "pcr_discontinuity_errors"),
+            ("pcr_accuracy_errors_total", "pcr_accuracy_errors"),
+        )
+        tr_adders = [(counter("tr101290_" + name, f"TR 101 290 {field}", flow_l), field) for name, field in tr_names]
+        video_info = InfoMetricFamily(
+            P + "media_video", "Video stream", labels=["flow_id", "pid", "codec", "resolution", "profile", "level"]
+        )
+        audio_info = InfoMetricFamily(
+            P + "media_audio", "Audio stream", labels=["flow_id", "pid", "codec", "sample_rate", "channels", "language"]
+        )
+        framerate = gauge("media_video_framerate", "Video frame rate (fps)", ["flow_id", "pid"])
+        pid_bitrate = gauge("media_pid_bitrate_bps", "Elementary stream bitrate", ["flow_id", "pid", "type"])
+        total_bitrate = gauge("media_total_bitrate_bps", "Total TS bitrate", flow_l)
+
+        for flow in snap.flows:
+            if flow.state is not FlowState.RUNNING:
+                continue
+            fid = [flow.flow_id]
+            inp = flow.input
+            in_packets(fid, inp.packets_received)
+            in_bytes(fid, inp.bytes_received)
+            in_bitrate(fid, inp.bitrate_bps)
+            in_lost(fid, inp.packets_lost)
+            in_fec(fid, inp.packets_recovered_fec)
+            in_switch(fid, inp.redundancy_switches)
+            in_filtered(fid, inp.packets_filtered)
+            if flow.pdv_jitter_us is not None:
+                pdv(fid, flow.pdv_jitter_us)
+            if flow.iat is not None:
+                iat_avg(fid, flow.iat.avg_us)
+            for leg_name, leg in (("1", inp.srt_stats), ("2", inp.srt_leg2_stats)):
+                if leg is not None:
+                    srt_rtt([flow.flow_id, "", leg_name], leg.rtt_ms)
+                    srt_loss([flow.flow_id, "", leg_name], leg.pkt_loss_total)
+            for out in flow.outputs:
+                oid = [flow.flow_id, out.output_id]
+                out_packets(oid, out.packets_sent)
+                out_bytes(oid, out.bytes_sent)
+                out_bitrate(oid, out.bitrate_bps)
+                out_dropped(oid, out.packets_dropped)
+                out_fec(oid, out.fec_packets_sent)
+                for leg_name, leg in (("1", out.srt_stats), ("2", out.srt_leg2_stats)):
+                    if leg is not None:
+                        srt_rtt([flow.flow_id, out.output_id, leg_name], leg.rtt_ms)
+                        srt_loss([flow.flow_id, out.output_id, leg_name], leg.pkt_loss_total)
+            if flow.tr101290 is not None:
+                values = flow.tr101290.model_dump()
+                for add, field in tr_adders:
+                    add(fid, values[field])
+            media = flow.media_analysis
+            if media is not None:
+                total_bitrate(fid, media.total_bitrate_bps)
+                for video in media.video_streams:
+                    pid = str(video.pid)
+                    video_info.add_metric(
+                        [flow.flow_id, pid, video.codec, video.resolution or "", video.profile or "", video.level or ""],
+                        {},
+                    )
+                    if video.frame_rate is not None:
+                        framerate([flow.flow_id, pid], video.frame_rate)
+                    pid_bitrate([flow.flow_id, pid, "video"], video.bitrate_bps)
+                for audio in media.audio_streams:
+                    pid = str(audio.pid)
+                    audio_info.add_metric(
+                        [
+                            flow.flow_id,
+                            pid,
+                            audio.codec,
+                            str(audio.sample_rate_hz or ""),
+                            str(audio.channels or ""),
+                            audio.language or "",
+                        ],
+                        {},
+                    )
+                    pid_bitrate([flow.flow_id, pid, "audio"], audio.bitrate_bps)
+        yield from families
+        yield video_info
+        yield audio_info
+
+
+class EdgeMetrics:
+    """A registry of its own (not the process-global one) holding the edge collector."""
+
+    def __init__(self, snapshot: Callable[[], StatsSnapshot]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(EdgeCollector(snapshot))
+
+    def render(self) -> bytes:
+        """The text exposition format 0.0.4."""
+        text = generate_latest(self.registry).decode()
+        for name in _UNSUFFIXED_COUNTERS:
+            text = text.replace(f"# HELP {name}_total ", f"# HELP {name} ").replace(
+                f"# TYPE {name}_total counter", f"# TYPE {name} counter"
+            )
+        return text.encode()
