@@ -96,6 +96,6 @@ def test_a_failure_keeps_the_old_file_and_raises_persist_failed(
 
 def test_a_missing_directory_is_persist_failed(tmp_path: Path) -> None:
     path = tmp_path / "absent" / "config.json"
-    with pytest.raises(PersistFailed, match="absent/config.json"):
+    with pytest.raises(PersistFailed, match=r"absent/config.json"):
         atomic_write(path, b"{}")
     assert not path.parent.exists()

@@ -140,7 +140,7 @@ def test_a_cloned_image_with_a_new_machine_id_is_a_clear_error(
 def test_a_malformed_file_is_config_file_error(store: EdgeConfigStore, garbage: bytes) -> None:
     store.save(full_config())
     store.secrets_path.write_bytes(garbage)
-    with pytest.raises(ConfigFileError, match="secrets.json"):
+    with pytest.raises(ConfigFileError, match=r"secrets.json"):
         store.load()
     assert store.secrets_path.read_bytes() == garbage
 

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import stat
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +163,7 @@ def test_a_failed_secrets_write_leaves_both_files(store: EdgeConfigStore, monkey
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken)
-    with pytest.raises(PersistFailed, match="secrets.json: No space left on device"):
+    with pytest.raises(PersistFailed, match=r"secrets.json: No space left on device"):
         store.save(full_config().model_copy(update={"device_name": "changed"}))
     monkeypatch.undo()
     assert snapshot(store.config_dir) == before
@@ -374,12 +373,12 @@ def test_the_union_tag_is_not_part_of_the_path(store: EdgeConfigStore) -> None:
 
 
 def test_reload_of_a_missing_or_broken_file_is_internal(store: EdgeConfigStore) -> None:
-    with pytest.raises(Internal, match="cannot load config.json: the file does not exist"):
+    with pytest.raises(Internal, match=r"cannot load config.json: the file does not exist"):
         store.read()
     assert not store.config_dir.exists()
     store.save(full_config())
     store.config_path.write_text("{")
-    with pytest.raises(Internal, match="cannot load config.json: not valid JSON"):
+    with pytest.raises(Internal, match=r"cannot load config.json: not valid JSON"):
         store.read()
 
 
@@ -396,7 +395,7 @@ def test_reload_never_writes(store: EdgeConfigStore) -> None:
 
 def test_an_unreadable_config_json_is_config_file_error(store: EdgeConfigStore) -> None:
     store.config_path.mkdir(parents=True)  # a directory where the file should be
-    with pytest.raises(ConfigFileError, match="config.json: cannot read: Is a directory"):
+    with pytest.raises(ConfigFileError, match=r"config.json: cannot read: Is a directory"):
         store.load()
 
 
