@@ -90,6 +90,14 @@ class Tr101290Stats(_Stats):
     priority2_ok: bool = True
     tr07_compliant: bool = False
     jpeg_xs_pid: int | None = None
+    # Beyond the interface's fields (docs/analysis.md): the rest of TR 101 290 §5.2.
+    pid_errors: int = 0
+    crc_errors: int = 0
+    pcr_repetition_errors: int = 0
+    pts_errors: int = 0
+    cat_errors: int = 0
+    section_errors: int = 0
+    truncated_packets: int = 0
 
 
 class VideoStream(_Stats):

@@ -1,0 +1,131 @@
+"""Inter-arrival time and packet delay variation meters, sans-IO (the caller owns the clock).
+
+``IatMeter`` keeps min/max/mean of the gaps between datagram arrivals over a rolling window.
+``JitterMeter`` is the RFC 3550 §6.4.1 interarrival jitter: an exponential filter (gain 1/16)
+of |D(i-1, i)|, the change in transit time between consecutive packets. The sender's clock is
+the RTP timestamp when the flow has one (90 kHz for MP2T, RFC 3551 §6), else the PCR the
+packets carry (27 MHz, ISO/IEC 13818-1 §2.4.2.2): the same formula with the encoder's own
+clock as the send time.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+_BUCKET_S: Final = 0.1
+
+
+class IatMeter:
+    """Datagram inter-arrival times over the last ``window_s`` seconds (100 ms buckets)."""
+
+    __slots__ = ("_buckets", "_count", "_last", "_max", "_min", "_n", "_sum")
+
+    def __init__(self, window_s: float = 1.0) -> None:
+        n = max(1, round(window_s / _BUCKET_S))
+        self._n = n
+        self._buckets = [-1] * n  # bucket index held by each slot
+        self._min = [0.0] * n
+        self._max = [0.0] * n
+        self._sum = [0.0] * n
+        self._count = [0] * n
+        self._last: float | None = None
+
+    def on_arrival(self, arrival: float) -> None:
+        """Record one datagram's arrival time (seconds, any monotonic origin)."""
+        last = self._last
+        self._last = arrival
+        if last is None:
+            return
+        gap = arrival - last
+        if gap < 0.0:  # kernel timestamps from two sockets may interleave: no negative gaps
+            gap = 0.0
+        bucket = int(arrival / _BUCKET_S)
+        slot = bucket % self._n
+        if self._buckets[slot] != bucket:
+            self._buckets[slot] = bucket
+            self._min[slot] = gap
+            self._max[slot] = gap
+            self._sum[slot] = gap
+            self._count[slot] = 1
+            return
+        if gap < self._min[slot]:
+            self._min[slot] = gap
+        if gap > self._max[slot]:
+            self._max[slot] = gap
+        self._sum[slot] += gap
+        self._count[slot] += 1
+
+    def on_arrivals(self, arrivals: list[float]) -> None:
+        for arrival in arrivals:
+            self.on_arrival(arrival)
+
+    def stats(self, now: float) -> tuple[float, float, float] | None:
+        """(min, max, mean) gap in seconds over the window ending at ``now``; None when empty."""
+        newest = int(now / _BUCKET_S)
+        oldest = newest - self._n + 1
+        lo = float("inf")
+        hi = 0.0
+        total = 0.0
+        count = 0
+        for slot in range(self._n):
+            b = self._buckets[slot]
+            if b < oldest or b > newest or not self._count[slot]:
+                continue
+            lo = min(lo, self._min[slot])
+            hi = max(hi, self._max[slot])
+            total += self._sum[slot]
+            count += self._count[slot]
+        if not count:
+            return None
+        return lo, hi, total / count
+
+
+class JitterMeter:
+    """RFC 3550 §6.4.1 interarrival jitter, fed RTP timestamps or PCRs (seconds out)."""
+
+    __slots__ = ("_hz", "_jitter", "_last_arrival", "_last_sender", "_samples", "_wrap")
+
+    # A sender-clock step larger than this is a new timeline (a restart or a splice), not jitter.
+    MAX_STEP_S: Final = 1.0
+
+    def __init__(self, clock_hz: int, wrap: int) -> None:
+        self._hz = clock_hz
+        self._wrap = wrap
+        self._jitter = 0.0
+        self._last_arrival = 0.0
+        self._last_sender: int | None = None
+        self._samples = 0
+
+    @classmethod
+    def for_rtp(cls) -> JitterMeter:
+        return cls(90_000, 1 << 32)
+
+    @classmethod
+    def for_pcr(cls) -> JitterMeter:
+        return cls(27_000_000, (1 << 33) * 300)
+
+    def reset_reference(self) -> None:
+        """Forget the previous sample (after a signalled discontinuity); keep the estimate."""
+        self._last_sender = None
+
+    def on_sample(self, arrival: float, sender_ticks: int) -> None:
+        """One packet: its arrival (seconds) and its sender timestamp in clock ticks."""
+        last = self._last_sender
+        self._last_sender = sender_ticks
+        prev_arrival = self._last_arrival
+        self._last_arrival = arrival
+        if last is None:
+            return
+        # RFC 3550 A.8: the timestamp difference is taken modulo the clock's wrap.
+        half = self._wrap >> 1
+        dt_sender = (((sender_ticks - last + half) % self._wrap) - half) / self._hz
+        if abs(dt_sender) > self.MAX_STEP_S:
+            return
+        d = (arrival - prev_arrival) - dt_sender
+        self._jitter += (abs(d) - self._jitter) / 16.0
+        self._samples += 1
+
+    @property
+    def jitter_s(self) -> float | None:
+        """The current estimate in seconds, or None before two comparable samples."""
+        return self._jitter if self._samples else None

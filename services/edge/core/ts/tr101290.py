@@ -1,0 +1,741 @@
+"""TR 101 290 priority 1 and 2 analyser (ETSI TR 101 290 V1.4.1 §5.2.1, §5.2.2), sans-IO.
+
+Theory of operation
+-------------------
+The analyser is fed whole 188-byte TS packets with their arrival time (monotonic seconds, the
+caller's clock, style H2) and a running packet index. Two paths give the same counters:
+
+* ``feed_packets`` walks the packets in Python. Each packet costs a header read, a continuity
+  check and a few list look-ups; it is the faster path for a handful of packets.
+* ``feed_array`` takes a batch as a numpy ``(n, 188)`` array and does the per-packet work
+  (sync byte, TEI, per-PID counts, continuity) as array operations: the continuity check sorts
+  the batch by PID (stable, so stream order holds within a PID) and compares each packet with
+  its predecessor on the same PID.
+
+Both hand the rare packets (PSI sections, PCRs, PES starts, packets the media analyser asked
+for, scrambled packets before a CAT) to the same Python code in stream order, so everything
+that depends on section contents or PCR values is shared. Interval checks (PAT, PMT, PID,
+PCR and PTS repetition) use ``_Watch``: one error per gap, counted when the late item arrives or
+when ``check_timers`` finds the gap already longer than the limit, whichever comes first, so a
+PAT withheld for 3 s is one PAT_error, not six.
+
+Never raises on stream bytes (style H5): every malformation is a counter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from .packet import (
+    CAT_PID,
+    NIT_PID,
+    NULL_PID,
+    PAT_PID,
+    PCR_HZ,
+    PCR_WRAP,
+    PID_COUNT,
+    SDT_PID,
+    SYNC_BYTE,
+    TS_PACKET_SIZE,
+    Buffer,
+    packet_pcr,
+    payload_offset,
+    pes_pts,
+)
+from .psi import TABLE_CAT, TABLE_PAT, TABLE_PMT, Pmt, SectionAssembler, parse_pat, parse_pmt, section_crc_ok
+
+# TR 101 290 §5.2.1 / §5.2.2 limits.
+PAT_INTERVAL_S: Final = 0.5  # 1.3 PAT_error
+PMT_INTERVAL_S: Final = 0.5  # 1.5 PMT_error
+PCR_REPETITION_S: Final = 0.1  # 2.3a PCR_repetition_error
+PCR_DISCONTINUITY_TICKS: Final = PCR_HZ // 10  # 2.3b: consecutive PCRs more than 100 ms apart
+PCR_ACCURACY_TICKS: Final = 13.5  # 2.4 PCR_accuracy_error: +-500 ns at 27 MHz
+PTS_INTERVAL_S: Final = 0.7  # 2.5 PTS_error
+SYNC_LOST_AFTER: Final = 2  # 1.1 TS_sync_loss: lost after 2 corrupted sync bytes in a row,
+SYNC_ACQUIRED_AFTER: Final = 5  # and acquired again after 5 correct ones (TR 101 290 §5.2.1 note)
+DEFAULT_WINDOW_S: Final = 10.0  # interop.md §11: errors count over the last 10 s
+# Accuracy is judged once the byte-rate estimate spans this many packets (a rate from a few
+# packets is too coarse to resolve 500 ns).
+_PCR_ACCURACY_MIN_SPAN: Final = 50
+
+STREAM_TYPE_JPEG_XS: Final = 0x32
+
+# Per-PID roles, a bit set in an 8192-entry table (style §7: lists, not dicts, per PID).
+K_PSI: Final = 1  # PAT, CAT, NIT, SDT and PMT PIDs: reassemble sections
+K_PES: Final = 2  # elementary streams of a PMT: PES starts carry the PTS
+K_COLLECT: Final = 4  # the media analyser wants every packet of the PID
+
+_CRC_CHECKED_PIDS: Final = frozenset({PAT_PID, CAT_PID, NIT_PID, SDT_PID})
+
+
+class PesSink(Protocol):
+    """What the media analyser offers the TR 101 290 analyser (it lives in ``core/media``)."""
+
+    def on_programs(self, pmts: dict[int, Pmt]) -> None: ...
+
+    def on_pes(self, pid: int, pusi: bool, data: bytes, pts: int | None, arrival: float) -> bool:
+        """One packet's payload of an ES PID; answers whether it wants the PID's next packets."""
+        ...
+
+
+class _Watch:
+    """One periodic item (a table, a PID, a clock): one error per gap longer than ``limit``."""
+
+    __slots__ = ("flagged", "last", "limit")
+
+    def __init__(self, last: float, limit: float) -> None:
+        self.last = last
+        self.limit = limit
+        self.flagged = False
+
+    def seen(self, now: float) -> bool:
+        late = not self.flagged and now - self.last > self.limit
+        self.last = now
+        self.flagged = False
+        return late
+
+    def expired(self, now: float) -> bool:
+        if self.flagged or now - self.last <= self.limit:
+            return False
+        self.flagged = True
+        return True
+
+
+class _PcrState:
+    __slots__ = ("last_index", "last_pcr", "ref_index", "ref_pcr", "watch")
+
+    def __init__(self, pcr: int, index: int, arrival: float) -> None:
+        self.last_pcr = pcr
+        self.last_index = index
+        self.ref_pcr = pcr
+        self.ref_index = index
+        self.watch = _Watch(arrival, PCR_REPETITION_S)
+
+    def rebase(self, pcr: int, index: int) -> None:
+        self.ref_pcr = pcr
+        self.ref_index = index
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramsChanged:
+    """A PAT or PMT brought a new program map (H3: an event for a rare thing)."""
+
+    pmts: dict[int, Pmt]
+
+
+class Tr101290Analyzer:
+    """TR 101 290 priority 1 and 2 indicators for one flow's transport stream.
+
+    Feed packets with ``feed_packets`` (Python path) or ``feed_array`` (numpy path), call
+    ``check_timers`` after each feed, read ``counters(now)``. Counters are cumulative from the
+    first packet; ``priority1_ok``/``priority2_ok`` are false while an error of that priority
+    happened in the last ``window_s`` seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        pid_timeout_s: float = 5.0,
+        window_s: float = DEFAULT_WINDOW_S,
+        tr07_mode: bool = False,
+        sink: PesSink | None = None,
+    ) -> None:
+        self.pid_timeout_s = pid_timeout_s
+        self.window_s = window_s
+        self.tr07_mode = tr07_mode
+        self._sink = sink
+        # Counters: the interface's fields (Tr101290Stats), then our extra ones.
+        self.ts_packets_analyzed = 0
+        self.pat_count = 0
+        self.pmt_count = 0
+        self.sync_loss_count = 0
+        self.sync_byte_errors = 0
+        self.cc_errors = 0
+        self.pat_errors = 0
+        self.pmt_errors = 0
+        self.pid_errors = 0
+        self.tei_errors = 0
+        self.crc_errors = 0
+        self.pcr_repetition_errors = 0
+        self.pcr_discontinuity_errors = 0
+        self.pcr_accuracy_errors = 0
+        self.pts_errors = 0
+        self.cat_errors = 0
+        self.truncated_packets = 0
+        self.null_packets = 0
+        self.last_p1_error = -1e18
+        self.last_p2_error = -1e18
+        # Sync state (1.1): presumed in sync, since datagram framing aligns the packets.
+        self._in_sync = True
+        self._bad_run = 0
+        self._good_run = 0
+        # Per-PID state. Continuity: cc | 0x10 when the last packet was a duplicate; -1 unseen.
+        # The numpy arrays are authoritative; the Python path works in the dict overlay, which
+        # is folded back before the next numpy batch (few PIDs, so a cheap switch).
+        self._cc_state = np.full(PID_COUNT, -1, dtype=np.int16)
+        self._cc_overlay: dict[int, int] = {}
+        self._counts_py = [0] * PID_COUNT
+        self._counts_np = np.zeros(PID_COUNT, dtype=np.int64)
+        self._seen_at = [-1.0] * PID_COUNT  # last arrival per PID (PID_error), Python path
+        self._seen_at_np = np.full(PID_COUNT, -1.0)
+        self._kinds = [0] * PID_COUNT
+        self._kinds_np = np.zeros(PID_COUNT, dtype=np.uint8)
+        self._generation = 0  # bumped whenever _kinds changes (the numpy path re-masks)
+        for pid in (PAT_PID, CAT_PID, NIT_PID, SDT_PID):
+            self._set_kind(pid, K_PSI)
+        self._assemblers: dict[int, SectionAssembler] = {}
+        # Tables and their watches.
+        self._pat_watch: _Watch | None = None
+        self._pat_map: dict[int, int] = {}  # program_number -> PMT PID
+        self._pmt_watch: dict[int, _Watch] = {}  # PMT PID -> watch
+        self._pmts: dict[int, Pmt] = {}  # program_number -> PMT
+        self._pid_watch: dict[int, _Watch] = {}  # referenced ES/PCR PID -> watch (1.6)
+        self._pts_watch: dict[int, _Watch] = {}
+        self._pcr: dict[int, _PcrState] = {}
+        self._pcr_pending_disc: set[int] = set()
+        self._cat_seen = False
+        self.events: list[ProgramsChanged] = []
+        self.first_pcr_pid: int | None = None
+        self.pcr_samples: list[tuple[float, int]] = []  # (arrival, PCR) of first_pcr_pid, drained by the owner
+        self.pcr_resets = 0  # bumped at a PCR discontinuity of first_pcr_pid
+
+    # ------------------------------------------------------------------ per-PID roles
+    def _set_kind(self, pid: int, kinds: int) -> None:
+        if self._kinds[pid] != kinds:
+            self._kinds[pid] = kinds
+            self._kinds_np[pid] = kinds
+            self._generation += 1
+
+    def set_collect(self, pid: int, on: bool) -> None:
+        k = self._kinds[pid]
+        self._set_kind(pid, (k | K_COLLECT) if on else (k & ~K_COLLECT))
+
+    @property
+    def pmts(self) -> dict[int, Pmt]:
+        return self._pmts
+
+    # ------------------------------------------------------------------ Python path
+    def feed_packets(self, buf: Buffer, count: int, arrival: float, index: int) -> None:
+        """Analyse ``count`` whole packets at the start of ``buf``, all arrived at ``arrival``.
+
+        ``index`` is the flow-wide number of the first packet (for the byte-rate clock).
+        """
+        kinds = self._kinds
+        counts = self._counts_py
+        seen_at = self._seen_at
+        overlay = self._cc_overlay
+        cc_state = self._cc_state
+        self.ts_packets_analyzed += count
+        off = 0
+        for i in range(count):
+            if buf[off] != SYNC_BYTE:
+                self._bad_sync(arrival)
+                off += TS_PACKET_SIZE
+                continue
+            if self._bad_run or not self._in_sync:
+                self._good_sync()
+            b1 = buf[off + 1]
+            pid = ((b1 & 0x1F) << 8) | buf[off + 2]
+            b3 = buf[off + 3]
+            counts[pid] += 1
+            if b1 & 0x80:  # §5.2.2 2.1 Transport_error: TEI set
+                self.tei_errors += 1
+                self.last_p2_error = arrival
+            if pid == NULL_PID:  # null packets carry no continuity (ISO/IEC 13818-1 §2.4.3.3)
+                off += TS_PACKET_SIZE
+                continue
+            seen_at[pid] = arrival
+            disc = bool(b3 & 0x20 and buf[off + 4] and buf[off + 5] & 0x80)
+            prev = overlay.get(pid)
+            if prev is None:
+                prev = int(cc_state[pid])
+            cc = b3 & 0x0F
+            cc_err = False
+            dup = False
+            if prev >= 0:
+                # §5.2.1 1.4 Continuity_count_error: the counter steps by one per packet with
+                # payload; one repeat is a legal duplicate (ISO/IEC 13818-1 §2.4.3.3), a third
+                # copy is an error; a set discontinuity_indicator excuses any jump.
+                pay = (b3 >> 4) & 1
+                prev_cc = prev & 0x0F
+                dup = bool(pay) and cc == prev_cc
+                if dup:
+                    cc_err = not disc and bool(prev & 0x10)
+                else:
+                    cc_err = not disc and cc != (prev_cc + pay) & 0x0F
+                if cc_err:
+                    self.cc_errors += 1
+                    self.last_p1_error = arrival
+            overlay[pid] = cc | 0x10 if dup else cc
+            k = kinds[pid]
+            if not dup and (
+                (k and (k & (K_PSI | K_COLLECT) or b1 & 0x40))
+                or (b3 & 0x20 and buf[off + 4] and buf[off + 5] & 0x90)
+                or (b3 & 0xC0 and not self._cat_seen)
+            ):
+                self._special(buf, off, pid, arrival, index + i, cc_err, disc)
+                kinds = self._kinds
+            off += TS_PACKET_SIZE
+
+    def _bad_sync(self, arrival: float) -> None:
+        # §5.2.1 1.2 Sync_byte_error: counted per packet; the packet is not analysed further,
+        # since its header cannot be trusted (the datagram is kept).
+        self.sync_byte_errors += 1
+        self.last_p1_error = arrival
+        self._good_run = 0
+        self._bad_run += 1
+        if self._in_sync and self._bad_run >= SYNC_LOST_AFTER:
+            # §5.2.1 1.1 TS_sync_loss: an isolated bad byte is not a loss of sync.
+            self._in_sync = False
+            self.sync_loss_count += 1
+
+    def _good_sync(self) -> None:
+        self._bad_run = 0
+        if not self._in_sync:
+            self._good_run += 1
+            if self._good_run >= SYNC_ACQUIRED_AFTER:
+                self._in_sync = True
+                self._good_run = 0
+
+    # ------------------------------------------------------------------ numpy path
+    def feed_array(self, packets: npt.NDArray[np.uint8], arrivals: npt.NDArray[np.float64], index: int) -> None:
+        """Analyse a batch: ``packets`` is ``(n, 188)`` uint8, ``arrivals`` the n arrival times.
+
+        ``index`` is the flow-wide number of the first packet. Same counters as
+        ``feed_packets`` over the same packets.
+        """
+        n = packets.shape[0]
+        if n == 0:
+            return
+        self._fold_overlay()
+        self.ts_packets_analyzed += n
+        sync_ok = packets[:, 0] == SYNC_BYTE
+        n_good = int(np.count_nonzero(sync_ok))
+        if n_good != n:
+            for i, ok in enumerate(sync_ok.tolist()):
+                if ok:
+                    if self._bad_run or not self._in_sync:
+                        self._good_sync()
+                else:
+                    self._bad_sync(float(arrivals[i]))
+            rows_idx = np.flatnonzero(sync_ok)
+            rows = packets[rows_idx]
+            times = arrivals[rows_idx]
+        else:
+            if self._bad_run or not self._in_sync:
+                if not self._in_sync:
+                    self._good_run += n
+                    if self._good_run >= SYNC_ACQUIRED_AFTER:
+                        self._in_sync = True
+                        self._good_run = 0
+                self._bad_run = 0
+            rows_idx = None
+            rows = packets
+            times = arrivals
+        if rows.shape[0] == 0:
+            return
+        b1 = rows[:, 1]
+        b3 = rows[:, 3]
+        pid = ((b1 & 0x1F).astype(np.int32) << 8) | rows[:, 2]
+        tei = (b1 & 0x80) != 0
+        n_tei = int(np.count_nonzero(tei))
+        if n_tei:
+            self.tei_errors += n_tei
+            self.last_p2_error = max(self.last_p2_error, float(times[np.flatnonzero(tei)[-1]]))
+        self._counts_np += np.bincount(pid, minlength=PID_COUNT)
+        has_af = (b3 & 0x20) != 0
+        af_flags = np.where(has_af & (rows[:, 4] > 0), rows[:, 5], 0)
+        disc = (af_flags & 0x80) != 0
+        not_null = pid != NULL_PID
+        # Continuity, grouped by PID in stream order.
+        m_idx = np.flatnonzero(not_null)
+        dup_rows = np.zeros(rows.shape[0], dtype=bool)
+        cc_err_rows = np.zeros(rows.shape[0], dtype=bool)
+        if m_idx.size:
+            p = pid[m_idx]
+            order = np.argsort(p, kind="stable")
+            oi = m_idx[order]
+            sp = p[order]
+            scc = (b3[oi] & 0x0F).astype(np.int16)
+            spay = ((b3[oi] >> 4) & 1).astype(np.int16)
+            sdisc = disc[oi]
+            first = np.empty(sp.size, dtype=bool)
+            first[0] = True
+            np.not_equal(sp[1:], sp[:-1], out=first[1:])
+            last = np.empty(sp.size, dtype=bool)
+            last[-1] = True
+            last[:-1] = first[1:]
+            prev_state = np.empty(sp.size, dtype=np.int16)
+            prev_state[1:] = scc[:-1]
+            first_idx = np.flatnonzero(first)
+            prev_state[first_idx] = self._cc_state[sp[first_idx]]
+            prev_cc = prev_state & 0x0F
+            seen = prev_state >= 0
+            is_dup = seen & (spay == 1) & (scc == prev_cc)
+            # The duplicate flag of the predecessor: within the batch from is_dup, at a group
+            # start from the stored state.
+            prev_dup = np.empty(sp.size, dtype=bool)
+            prev_dup[1:] = is_dup[:-1]
+            prev_dup[first_idx] = (prev_state[first_idx] & 0x10) != 0
+            prev_dup &= seen
+            jump = scc != ((prev_cc + spay) & 0x0F)
+            err = seen & ~sdisc & np.where(is_dup, prev_dup, jump)
+            n_err = int(np.count_nonzero(err))
+            if n_err:
+                self.cc_errors += n_err
+                self.last_p1_error = max(self.last_p1_error, float(times[oi[err]].max()))
+                cc_err_rows[oi[err]] = True
+            last_idx = np.flatnonzero(last)
+            lp = sp[last_idx]
+            self._cc_state[lp] = scc[last_idx] | np.where(is_dup[last_idx], 0x10, 0).astype(np.int16)
+            self._seen_at_np[lp] = times[oi[last_idx]]
+            dup_rows[oi[is_dup]] = True
+        # Rare packets, handled in Python in stream order.
+        gen = self._generation
+        special = self._special_mask(rows, pid, b1, b3, af_flags, dup_rows)
+        cand = np.flatnonzero(special)
+        pos = 0
+        while pos < cand.size:
+            r = int(cand[pos])
+            pos += 1
+            row = rows[r].tobytes()
+            p_ = int(pid[r])
+            idx = index + (int(rows_idx[r]) if rows_idx is not None else r)
+            self._special(row, 0, p_, float(times[r]), idx, bool(cc_err_rows[r]), bool(disc[r]))
+            if self._generation != gen:
+                # A PMT or the media analyser changed the roles of PIDs mid-batch: re-mask the
+                # rest of the batch so that both paths see the same packets.
+                gen = self._generation
+                rest = self._special_mask(
+                    rows[r + 1 :], pid[r + 1 :], b1[r + 1 :], b3[r + 1 :], af_flags[r + 1 :], dup_rows[r + 1 :]
+                )
+                cand = np.flatnonzero(rest) + (r + 1)
+                pos = 0
+
+    def _special_mask(
+        self,
+        rows: npt.NDArray[np.uint8],
+        pid: npt.NDArray[np.int32],
+        b1: npt.NDArray[np.uint8],
+        b3: npt.NDArray[np.uint8],
+        af_flags: npt.NDArray[np.uint8],
+        dup_rows: npt.NDArray[np.bool_],
+    ) -> npt.NDArray[np.bool_]:
+        k = self._kinds_np[pid]
+        mask: npt.NDArray[np.bool_] = ((k & (K_PSI | K_COLLECT)) != 0) | (((k & K_PES) != 0) & ((b1 & 0x40) != 0))
+        mask |= (af_flags & 0x90) != 0
+        if not self._cat_seen:
+            mask |= (b3 & 0xC0) != 0
+        mask &= ~dup_rows
+        return mask
+
+    def _fold_overlay(self) -> None:
+        overlay = self._cc_overlay
+        if overlay:
+            for pid, state in overlay.items():
+                self._cc_state[pid] = state
+            overlay.clear()
+        # Fold the Python path's last-seen times too (max: both are monotonic per flow).
+        # Only the watched PIDs matter, so do just those.
+        for pid in self._pid_watch:
+            t = self._seen_at[pid]
+            if t > self._seen_at_np[pid]:
+                self._seen_at_np[pid] = t
+
+    # ------------------------------------------------------------------ rare packets
+    def _special(self, buf: Buffer, off: int, pid: int, arrival: float, index: int, cc_err: bool, disc: bool) -> None:
+        b1 = buf[off + 1]
+        b3 = buf[off + 3]
+        scrambled = b3 & 0xC0
+        if scrambled and not self._cat_seen and pid != NULL_PID:
+            # §5.2.2 2.6 CAT_error: scrambled packets while no CAT has been received.
+            self.cat_errors += 1
+            self.last_p2_error = arrival
+        if b3 & 0x20 and buf[off + 4] and buf[off + 5] & 0x90:
+            self._on_adaptation(buf, off, pid, arrival, index, disc)
+        k = self._kinds[pid]
+        if k & K_PSI:
+            self._on_psi(buf, off, pid, b1, scrambled, arrival, cc_err)
+        elif k & (K_PES | K_COLLECT) and not scrambled:
+            start = payload_offset(buf, off)
+            if start is None:
+                return
+            end = off + TS_PACKET_SIZE
+            pusi = bool(b1 & 0x40)
+            pts = None
+            if pusi:
+                pts = pes_pts(buf, start, end)
+                if pts is not None:
+                    watch = self._pts_watch.get(pid)
+                    if watch is None:
+                        self._pts_watch[pid] = _Watch(arrival, PTS_INTERVAL_S)
+                    elif watch.seen(arrival):
+                        self._pts_error(arrival)
+            if self._sink is not None and (pusi or k & K_COLLECT):
+                want = self._sink.on_pes(pid, pusi, bytes(buf[start:end]), pts, arrival)
+                if bool(k & K_COLLECT) != want:
+                    self.set_collect(pid, want)
+
+    def _pts_error(self, arrival: float) -> None:
+        # §5.2.2 2.5 PTS_error: PTS repetition period more than 700 ms.
+        self.pts_errors += 1
+        self.last_p2_error = arrival
+
+    def _on_adaptation(self, buf: Buffer, off: int, pid: int, arrival: float, index: int, disc: bool) -> None:
+        pcr = packet_pcr(buf, off)
+        if pcr is None:
+            if disc:
+                self._pcr_pending_disc.add(pid)
+            return
+        if pid in self._pcr_pending_disc:
+            self._pcr_pending_disc.discard(pid)
+            disc = True
+        st = self._pcr.get(pid)
+        if st is None:
+            self._pcr[pid] = _PcrState(pcr, index, arrival)
+            if self.first_pcr_pid is None:
+                self.first_pcr_pid = pid
+            if pid == self.first_pcr_pid:
+                self.pcr_samples.append((arrival, pcr))
+            return
+        # §5.2.2 2.3a PCR_repetition_error: PCRs more than 100 ms apart (arrival time).
+        if st.watch.seen(arrival):
+            self.pcr_repetition_errors += 1
+            self.last_p2_error = arrival
+        delta = (pcr - st.last_pcr) % PCR_WRAP
+        if disc:
+            # ISO/IEC 13818-1 §2.4.3.5: a new time base; no error, start the rate over.
+            st.rebase(pcr, index)
+            if pid == self.first_pcr_pid:
+                self.pcr_resets += 1
+        elif delta > PCR_DISCONTINUITY_TICKS:  # also catches a step backwards (mod 2**33 x 300)
+            # §5.2.2 2.3b PCR_discontinuity_indicator_error.
+            self.pcr_discontinuity_errors += 1
+            self.last_p2_error = arrival
+            st.rebase(pcr, index)
+            if pid == self.first_pcr_pid:
+                self.pcr_resets += 1
+        else:
+            span = st.last_index - st.ref_index
+            if span >= _PCR_ACCURACY_MIN_SPAN and index > st.last_index:
+                # §5.2.2 2.4 PCR_accuracy_error: the PCR against the stream's own clock, i.e.
+                # the byte rate measured from the reference PCR to the previous PCR
+                # (ISO/IEC 13818-1 §2.4.2.2, the transport rate between PCRs).
+                ticks_per_packet = ((st.last_pcr - st.ref_pcr) % PCR_WRAP) / span
+                expected = st.ref_pcr + (index - st.ref_index) * ticks_per_packet
+                error = ((pcr - expected + PCR_WRAP / 2) % PCR_WRAP) - PCR_WRAP / 2
+                if abs(error) > PCR_ACCURACY_TICKS:
+                    self.pcr_accuracy_errors += 1
+                    self.last_p2_error = arrival
+        st.last_pcr = pcr
+        st.last_index = index
+        if pid == self.first_pcr_pid:
+            self.pcr_samples.append((arrival, pcr))
+
+    def _on_psi(self, buf: Buffer, off: int, pid: int, b1: int, scrambled: int, arrival: float, cc_err: bool) -> None:
+        if scrambled:
+            # §5.2.1 1.3 / 1.5: PAT and PMT packets must not be scrambled.
+            if pid == PAT_PID:
+                self._pat_error(arrival)
+            elif pid in self._pmt_watch:
+                self._pmt_error(arrival)
+            return
+        start = payload_offset(buf, off)
+        if start is None:
+            return
+        asm = self._assemblers.get(pid)
+        if asm is None:
+            asm = self._assemblers[pid] = SectionAssembler()
+        if cc_err:
+            asm.reset()
+        for section in asm.feed(buf[start : off + TS_PACKET_SIZE], bool(b1 & 0x40)):
+            self._on_section(pid, section, arrival)
+
+    def _on_section(self, pid: int, section: bytes, arrival: float) -> None:
+        table_id = section[0]
+        if table_id == 0xFF:
+            return
+        # §5.2.2 2.2 CRC_error: long-form sections of the PAT, CAT, PMT, NIT and SDT/BAT.
+        if len(section) >= 3 and section[1] & 0x80 and (pid in _CRC_CHECKED_PIDS or pid in self._pmt_watch):
+            if len(section) < 8 or not section_crc_ok(section):
+                self.crc_errors += 1
+                self.last_p2_error = arrival
+                return
+        if pid == PAT_PID:
+            if table_id != TABLE_PAT:
+                # §5.2.1 1.3: a section other than table_id 0x00 on PID 0.
+                self._pat_error(arrival)
+                return
+            pat = parse_pat(section)
+            if pat is None:
+                self._pat_error(arrival)
+                return
+            self.pat_count += 1
+            if self._pat_watch is None:
+                self._pat_watch = _Watch(arrival, PAT_INTERVAL_S)
+            elif self._pat_watch.seen(arrival):
+                self._pat_error(arrival)
+            self._apply_pat(pat, arrival)
+        elif pid == CAT_PID:
+            if table_id == TABLE_CAT:
+                self._cat_seen = True
+                self._generation += 1
+            else:
+                # §5.2.2 2.6 CAT_error: a section other than table_id 0x01 on PID 1.
+                self.cat_errors += 1
+                self.last_p2_error = arrival
+        elif pid in self._pmt_watch and table_id == TABLE_PMT:
+            pmt = parse_pmt(section)
+            if pmt is None:
+                self._pmt_error(arrival)
+                return
+            self.pmt_count += 1
+            if self._pmt_watch[pid].seen(arrival):
+                self._pmt_error(arrival)
+            old = self._pmts.get(pmt.program_number)
+            if old != pmt and self._pat_map.get(pmt.program_number) == pid:
+                self._pmts[pmt.program_number] = pmt
+                self._apply_pmts(arrival)
+
+    def _pat_error(self, arrival: float) -> None:
+        self.pat_errors += 1
+        self.last_p1_error = arrival
+
+    def _pmt_error(self, arrival: float) -> None:
+        self.pmt_errors += 1
+        self.last_p1_error = arrival
+
+    def _apply_pat(self, pat: list[tuple[int, int]], arrival: float) -> None:
+        new_map = {prog: pid for prog, pid in pat if prog != 0 and pid != NULL_PID}
+        if new_map == self._pat_map:
+            return
+        self._pat_map = new_map
+        pmt_pids = set(new_map.values())
+        for pid in list(self._pmt_watch):
+            if pid not in pmt_pids:
+                del self._pmt_watch[pid]
+                if pid not in (PAT_PID, CAT_PID, NIT_PID, SDT_PID):
+                    self._set_kind(pid, self._kinds[pid] & ~K_PSI)
+        for pid in pmt_pids:
+            if pid not in self._pmt_watch:
+                self._pmt_watch[pid] = _Watch(arrival, PMT_INTERVAL_S)
+                self._set_kind(pid, K_PSI)
+        for prog in list(self._pmts):
+            if prog not in new_map:
+                del self._pmts[prog]
+        self._apply_pmts(arrival)
+
+    def _apply_pmts(self, arrival: float) -> None:
+        es_pids: set[int] = set()
+        referenced: set[int] = set()
+        for pmt in self._pmts.values():
+            for es in pmt.streams:
+                es_pids.add(es.pid)
+                referenced.add(es.pid)
+            if pmt.pcr_pid != NULL_PID:
+                referenced.add(pmt.pcr_pid)
+        for pid in list(self._pid_watch):
+            if pid not in referenced:
+                del self._pid_watch[pid]
+        for pid in referenced:
+            if pid not in self._pid_watch:
+                # §5.2.1 1.6 PID_error: the clock for a referenced PID starts when the PMT
+                # first names it.
+                self._pid_watch[pid] = _Watch(arrival, self.pid_timeout_s)
+        for pid, _ in self._es_pids_items():
+            if pid not in es_pids:
+                self._set_kind(pid, self._kinds[pid] & ~(K_PES | K_COLLECT))
+        for pid in es_pids:
+            if not self._kinds[pid] & K_PSI:
+                self._set_kind(pid, self._kinds[pid] | K_PES)
+        self.events.append(ProgramsChanged(dict(self._pmts)))
+        if self._sink is not None:
+            self._sink.on_programs(dict(self._pmts))
+
+    def _es_pids_items(self) -> list[tuple[int, int]]:
+        return [(pid, k) for pid, k in enumerate(self._kinds) if k & (K_PES | K_COLLECT)]
+
+    # ------------------------------------------------------------------ timers and reading
+    def check_timers(self, now: float) -> None:
+        """Count the interval errors whose gap is already longer than its limit at ``now``."""
+        if self._pat_watch is None:
+            self._pat_watch = _Watch(now, PAT_INTERVAL_S)  # the flow's first packet starts the clock
+        elif self._pat_watch.expired(now):
+            self._pat_error(now)
+        for watch in self._pmt_watch.values():
+            if watch.expired(now):
+                self._pmt_error(now)
+        if self._pid_watch:
+            seen_py = self._seen_at
+            seen_np = self._seen_at_np
+            for pid, watch in self._pid_watch.items():
+                t = max(seen_py[pid], float(seen_np[pid]))
+                if t > watch.last:
+                    if watch.seen(t):
+                        self.pid_errors += 1
+                        self.last_p1_error = t
+                elif watch.expired(now):
+                    self.pid_errors += 1
+                    self.last_p1_error = now
+        for pcr_pid in {pmt.pcr_pid for pmt in self._pmts.values()}:
+            st = self._pcr.get(pcr_pid)
+            if st is not None and st.watch.expired(now):
+                self.pcr_repetition_errors += 1
+                self.last_p2_error = now
+        for watch in self._pts_watch.values():
+            if watch.expired(now):
+                self._pts_error(now)
+
+    def pid_packet_counts(self) -> npt.NDArray[np.int64]:
+        """Packets seen per PID (cumulative), as a fresh array."""
+        return self._counts_np + np.asarray(self._counts_py, dtype=np.int64)
+
+    def jpeg_xs_pid(self) -> int | None:
+        for prog in sorted(self._pmts):
+            for es in self._pmts[prog].streams:
+                if es.stream_type == STREAM_TYPE_JPEG_XS:
+                    return es.pid
+        return None
+
+    def counters(self, now: float) -> dict[str, object]:
+        """The Tr101290Stats fields (and our extra counters) as plain values."""
+        section_errors = sum(a.malformed for a in self._assemblers.values())
+        p1_ok = now - self.last_p1_error > self.window_s
+        p2_ok = now - self.last_p2_error > self.window_s
+        jxs = self.jpeg_xs_pid()
+        # VSF TR-07 §6 (JPEG XS in MPEG-2 TS): one program carrying a JPEG XS elementary stream
+        # (stream_type 0x32) described by its JPEG XS video descriptor, with a PCR, and a
+        # transport free of priority-1 errors.
+        tr07 = False
+        if jxs is not None and len(self._pmts) == 1:
+            pmt = next(iter(self._pmts.values()))
+            es = next(e for e in pmt.streams if e.pid == jxs)
+            tr07 = es.jpeg_xs_descriptor and pmt.pcr_pid in self._pcr and p1_ok
+        return {
+            "ts_packets_analyzed": self.ts_packets_analyzed,
+            "pat_count": self.pat_count,
+            "pmt_count": self.pmt_count,
+            "sync_loss_count": self.sync_loss_count,
+            "sync_byte_errors": self.sync_byte_errors,
+            "cc_errors": self.cc_errors,
+            "pat_errors": self.pat_errors,
+            "pmt_errors": self.pmt_errors,
+            "tei_errors": self.tei_errors,
+            "pcr_discontinuity_errors": self.pcr_discontinuity_errors,
+            "pcr_accuracy_errors": self.pcr_accuracy_errors,
+            "priority1_ok": p1_ok,
+            "priority2_ok": p2_ok,
+            "tr07_compliant": tr07,
+            "jpeg_xs_pid": jxs,
+            "pid_errors": self.pid_errors,
+            "crc_errors": self.crc_errors,
+            "pcr_repetition_errors": self.pcr_repetition_errors,
+            "pts_errors": self.pts_errors,
+            "cat_errors": self.cat_errors,
+            "section_errors": section_errors,
+            "truncated_packets": self.truncated_packets,
+        }
