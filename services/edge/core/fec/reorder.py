@@ -4,6 +4,11 @@ Shared by the FEC decoder and the SMPTE 2022-7 merger. Packets are addressed by 
 sequence number (the 16-bit RTP sequence number unwrapped into an int, RFC 3550 A.1), so the
 wrap from 65535 to 0 is invisible above this module.
 
+Start-up: for ``window_s`` after the first packet nothing is released and a packet with a lower
+sequence number may still take the head (the first packet to arrive need not be the first sent:
+its predecessor may be late, on the slower 2022-7 leg, or rebuilt by FEC). After that one burst
+the steady state has no added latency.
+
 Release rule: the packet at the head of the sequence is released as soon as it is present. A
 missing head is waited for until ``window_s`` after the arrival of the first packet present
 beyond it; then the whole gap up to that packet is declared lost at once. The ring keeps released
@@ -48,6 +53,7 @@ class ReorderBuffer:
         "_deadline",
         "_mask",
         "_on_lost",
+        "_priming_until",
         "_seq",
         "_tag",
         "_time",
@@ -83,6 +89,7 @@ class ReorderBuffer:
         self._deadline: float | None = None
         self._blocked_head = -1
         self._blocked_next = -1
+        self._priming_until: float | None = None
 
     # -- sequence numbers -------------------------------------------------------------------
     def extend(self, seq16: int) -> int:
@@ -125,8 +132,13 @@ class ReorderBuffer:
         if self.highest is None:
             self.highest = ext
             self.next_out = ext
+            self._priming_until = now + self.window_s
         elif ext < self.next_out:
-            return PutResult.DUPLICATE if self.has(ext) else PutResult.LATE
+            if self.has(ext):
+                return PutResult.DUPLICATE
+            if self._priming_until is None or self.highest - ext >= self.capacity:
+                return PutResult.LATE
+            self.next_out = ext  # still priming: an earlier packet takes the head
         i = ext & self._mask
         if self._seq[i] == ext:
             return PutResult.DUPLICATE
@@ -149,6 +161,11 @@ class ReorderBuffer:
         highest = self.highest
         if highest is None:
             return
+        if self._priming_until is not None:
+            if now < self._priming_until:
+                self._deadline = self._priming_until
+                return
+            self._priming_until = None
         seqs, data, mask = self._seq, self._data, self._mask
         out = self.output
         while self.next_out <= highest:
@@ -187,6 +204,7 @@ class ReorderBuffer:
                 self.released += 1
         self.next_out = self.highest + 1
         self._deadline = None
+        self._priming_until = None
 
     def reset(self) -> None:
         """Forget every slot and the sequence position (after a flush, for a new stream)."""
@@ -195,6 +213,7 @@ class ReorderBuffer:
         self.highest = None
         self.next_out = 0
         self._deadline = None
+        self._priming_until = None
         self._blocked_head = self._blocked_next = -1
 
     @property
