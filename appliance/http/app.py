@@ -77,7 +77,10 @@ def create_app(name: str, *, error_body: ErrorBody = fail) -> QuartTrio:
             405: f"method {request.method} not allowed on {request.path}",
             413: f"request body larger than {MAX_BODY_BYTES} bytes",
         }.get(status, exc.name)
-        return error_body(message, status, None)
+        # A refused body is left unread: close the connection so the client stops sending
+        # it and reads this answer (hypercorn closes when the request is not complete).
+        headers = {"Connection": "close"} if status == 413 else None
+        return error_body(message, status, headers)
 
     @app.errorhandler(Exception)
     async def _internal_error(exc: Exception) -> Response:

@@ -108,6 +108,9 @@ class Engine:
                         self._log_level,
                     ],
                     pass_fds=(child.fileno(),),
+                    # Its own session: a Ctrl-C at the console reaches the control process only,
+                    # which stops the workers in order (they also exit on EOF if it dies).
+                    start_new_session=True,
                 )
             finally:
                 child.close()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import socket
 import sys
+import time
 from typing import Any
 
 import trio
@@ -104,7 +104,9 @@ class Worker:
         """Send every flow's counters at a fixed cadence, and failures as they happen."""
         while True:
             await trio.sleep(STATS_INTERVAL_S)
-            now = trio.current_time()
+            # The arrival clock of the flows (kernel receive times mapped onto CLOCK_MONOTONIC),
+            # not trio's clock, which has an offset of its own.
+            now = time.monotonic()
             while self._failures:
                 await self.link.send(self._failures.pop(0))
             flows = {flow_id: runtime.counters(now) for flow_id, runtime in self.flows.items()}
@@ -144,10 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         format=f"%(asctime)s %(levelname)s worker-{args.worker_id} %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # Ctrl-C at a terminal reaches the whole process group; the control process stops us.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the control process stops us, not the console
     try:
-        os.nice(0)
         trio.run(_main, args.fd)
     except KeyboardInterrupt:
         pass
