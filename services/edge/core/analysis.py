@@ -44,6 +44,7 @@ class FlowAnalysis:
         self._has_rtp = False
         self._index = 0  # flow-wide TS packet number of the next packet
         self._next_sample = 0.0
+        self._last_arrival: float | None = None
         self.datagrams = 0
         self.internal_errors = 0
         self.last_internal_error: str | None = None
@@ -119,6 +120,7 @@ class FlowAnalysis:
             self._internal(exc)
 
     def _after(self, now: float) -> None:
+        self._last_arrival = now
         tr = self._tr
         tr.check_timers(now)
         if tr.pcr_samples:
@@ -148,7 +150,7 @@ class FlowAnalysis:
         jitter = (self._rtp_jitter if self._has_rtp else self._pcr_jitter).jitter_s
         media = None
         if self._media is not None:
-            media = self._media.snapshot(now, self._tr.pid_packet_counts())
+            media = self._media.snapshot(now, self._tr.pid_packet_counts(), self._last_arrival)
         return {
             "tr101290": self._tr.counters(now),
             "media": media,
