@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import socket
 import struct
@@ -136,7 +137,7 @@ class BatchReceiver:
         count = recvmmsg(self._fd, self._hdrs_addr, self._batch, _libc.MSG_DONTWAIT, None)
         if count < 0:
             err = ctypes.get_errno()
-            if err in _libc.WOULD_BLOCK_ERRNOS or err == 4:  # EINTR: the caller polls again
+            if err in _libc.WOULD_BLOCK_ERRNOS or err == errno.EINTR:  # EINTR: the caller polls again
                 self.views, self.arrivals, self.sources = [], [], []
                 return 0
             if err in _libc.UNSUPPORTED_ERRNOS:

@@ -40,7 +40,7 @@ class BatchSender:
         gso: bool = True,
         force_fallback: bool = False,
         max_messages: int = 64,
-        arena_size: int = 1 << 20,
+        arena_size: int = 256 * 1024,
     ) -> None:
         if not 1 <= max_messages <= _libc.MAX_VLEN:
             raise ValueError(f"max_messages must be 1..{_libc.MAX_VLEN}")

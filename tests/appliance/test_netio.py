@@ -112,6 +112,24 @@ def test_recv_batch_gives_contents_lengths_sources_and_kernel_times(
 
 
 @pytest.mark.parametrize("fallback", PATHS)
+def test_recv_batch_reports_each_datagrams_own_source(
+    sockets: tuple[socket.socket, socket.socket], family: int, fallback: bool
+) -> None:
+    rx_sock, tx_sock = sockets
+    with socket.socket(family, socket.SOCK_DGRAM) as other:
+        other.bind((_loopback(family), 0))
+        rx = BatchReceiver(rx_sock, force_fallback=fallback)
+        senders = [tx_sock, other, other, tx_sock, other]
+        for index, sender in enumerate(senders):
+            sender.sendto(_datagram(index, 50), _addr(rx_sock))
+        _wait_readable(rx_sock)
+        assert rx.recv_batch() == len(senders)
+        assert rx.sources == [_addr(s) for s in senders]
+        assert [bytes(v) for v in rx.views] == [_datagram(i, 50) for i in range(len(senders))]
+        assert rx.arrivals == sorted(rx.arrivals) and time.time() - rx.arrivals[0] < 2
+
+
+@pytest.mark.parametrize("fallback", PATHS)
 def test_recv_batch_returns_zero_when_nothing_is_queued(
     sockets: tuple[socket.socket, socket.socket], fallback: bool
 ) -> None:
