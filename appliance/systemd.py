@@ -1,0 +1,109 @@
+"""A tiny sd_notify client: tells systemd a service is ready, alive, or what it is doing.
+
+systemd passes `$NOTIFY_SOCKET` to a `Type=notify` service, and `$WATCHDOG_USEC` (with
+`$WATCHDOG_PID`) when the unit sets `WatchdogSec=`. Outside systemd (a developer's shell, the
+tests, `make run`) those variables are unset and every call here is a no-op, so callers never
+check where they run. Nothing here raises on a send failure: a lost notification must never
+take the service down (systemd then restarts it for a missed watchdog, which is the point).
+
+Protocol: sd_notify(3). One datagram of newline-separated `KEY=VALUE` assignments sent to an
+AF_UNIX datagram socket; a leading `@` names a socket in the abstract namespace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping
+
+__all__ = [
+    "notify",
+    "notify_ready",
+    "notify_status",
+    "notify_stopping",
+    "notify_watchdog",
+    "watchdog_interval",
+]
+
+_log = logging.getLogger(__name__)
+
+
+def _socket_address(env: Mapping[str, str]) -> str | None:
+    path = env.get("NOTIFY_SOCKET", "")
+    if not path:
+        return None
+    if path.startswith("@"):
+        # sd_notify(3): "@" stands for the abstract namespace, i.e. a leading NUL byte.
+        return "\0" + path[1:]
+    if path.startswith("/"):
+        return path
+    return None  # sd_notify(3) also allows vsock: addresses; the appliance never uses them
+
+
+def notify(state: str, *, env: Mapping[str, str] | None = None) -> bool:
+    """Send one notification such as ``"READY=1"`` or ``"WATCHDOG=1\\nSTATUS=..."``.
+
+    Returns True when the datagram was sent, False when there is no `$NOTIFY_SOCKET` (not run
+    by systemd) or the send failed; failures are logged once at debug level and never raised.
+    """
+    address = _socket_address(os.environ if env is None else env)
+    if address is None:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.sendto(state.encode("utf-8"), address)
+    except OSError as exc:
+        _log.debug("sd_notify to %r failed: %s", address, exc)
+        return False
+    return True
+
+
+def notify_ready(status: str | None = None, *, env: Mapping[str, str] | None = None) -> bool:
+    """Tell systemd start-up is complete (call once the API listens)."""
+    return notify("READY=1" + (f"\nSTATUS={_one_line(status)}" if status else ""), env=env)
+
+
+def notify_watchdog(*, env: Mapping[str, str] | None = None) -> bool:
+    """Keep-alive ping; send it about every half `watchdog_interval()` from the control loop."""
+    return notify("WATCHDOG=1", env=env)
+
+
+def notify_status(status: str, *, env: Mapping[str, str] | None = None) -> bool:
+    """Free-form one-line status shown by `systemctl status`."""
+    return notify(f"STATUS={_one_line(status)}", env=env)
+
+
+def notify_stopping(*, env: Mapping[str, str] | None = None) -> bool:
+    """Tell systemd an orderly shutdown has begun."""
+    return notify("STOPPING=1", env=env)
+
+
+def watchdog_interval(*, env: Mapping[str, str] | None = None) -> float | None:
+    """The service's watchdog timeout in seconds (`$WATCHDOG_USEC`, i.e. the unit's `WatchdogSec=`).
+
+    Ping with WATCHDOG=1 at half this interval, as sd_watchdog_enabled(3) advises. None when the
+    watchdog is off: the variable is unset or not a positive integer, or `$WATCHDOG_PID` names
+    another process (the watchdog is then meant for that process).
+    """
+    env = os.environ if env is None else env
+    raw_usec = env.get("WATCHDOG_USEC", "")
+    try:
+        usec = int(raw_usec)
+    except ValueError:
+        return None
+    if usec <= 0:
+        return None
+    raw_pid = env.get("WATCHDOG_PID", "")
+    if raw_pid:
+        try:
+            if int(raw_pid) != os.getpid():
+                return None
+        except ValueError:
+            return None
+    return usec / 1_000_000
+
+
+def _one_line(text: str) -> str:
+    # A newline would start a new KEY=VALUE assignment in the datagram.
+    return " ".join(text.splitlines())
