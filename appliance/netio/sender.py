@@ -8,12 +8,14 @@ import os
 import socket
 import struct
 from collections.abc import Sequence
+from functools import lru_cache
+from itertools import accumulate, compress
+from operator import ne
 from typing import Any, Final
 
 from appliance.netio import _libc
 
 _U64: Final = struct.Struct("=Q")
-_IOVEC: Final = struct.Struct("=QQ")
 _U16: Final = struct.Struct("=H")
 _U32: Final = struct.Struct("=I")
 _GSO_ERRNOS: Final = frozenset({errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOPROTOOPT})
@@ -23,7 +25,7 @@ _MAX_DEST_CACHE: Final = 256
 class BatchSender:
     """Send batches of datagrams from a UDP socket to one destination, without blocking.
 
-    ``send_batch`` copies the datagrams into a preallocated arena, so the caller may reuse its
+    ``send_batch`` copies the datagrams into one joined buffer per call, so the caller may reuse its
     buffers as soon as it returns. Each run of consecutive equal-size datagrams (up to 64
     segments and ~64 KB) goes as one UDP GSO super-datagram (a ``UDP_SEGMENT`` cmsg): the kernel
     cuts it into the original datagrams. All messages of one call go in one ``sendmmsg``.
@@ -40,7 +42,6 @@ class BatchSender:
         gso: bool = True,
         force_fallback: bool = False,
         max_messages: int = 64,
-        arena_size: int = 256 * 1024,
     ) -> None:
         if not 1 <= max_messages <= _libc.MAX_VLEN:
             raise ValueError(f"max_messages must be 1..{_libc.MAX_VLEN}")
@@ -50,8 +51,6 @@ class BatchSender:
         self._gso = gso
         self._fallback = force_fallback or _libc.sendmmsg is None
         self._max_messages = max_messages
-        self._arena = bytearray(arena_size)
-        self._arena_addr = _libc.buffer_address(self._arena)
         self._name = bytearray(_libc.SOCKADDR_SIZE)
         self._name_addr = _libc.buffer_address(self._name)
         self._dest: tuple[Any, ...] | None = None  # None: a connected socket, no msg_name
@@ -79,7 +78,10 @@ class BatchSender:
             hdr.msg_iovlen = 1
             hdr.msg_control = ctrl_addr + k * self._ctrl_space
             hdr.msg_controllen = 0
-        self._segments = [0] * max_messages
+        self._gso_state = [0] * max_messages  # the UDP_SEGMENT size each message slot holds now (0: none)
+        self._bounds: list[int] = []
+        self._gso_sizes: list[int] = []
+        self._blob = b""
 
     @property
     def batched(self) -> bool:
@@ -103,6 +105,8 @@ class BatchSender:
         count = len(datagrams)
         if count == 0:
             return 0
+        if not isinstance(datagrams, list | tuple):
+            datagrams = list(datagrams)
         self._set_dest(dest)
         if self._fallback:
             return self._send_each(datagrams, 0)
@@ -118,56 +122,49 @@ class BatchSender:
                     return sent
                 if err == errno.EINTR:
                     continue
-                if self._gso and err in _GSO_ERRNOS and any(n > 1 for n in self._segments[:messages]):
+                if self._gso and err in _GSO_ERRNOS and any(self._gso_sizes):
                     self._gso = False  # retry this chunk unsegmented
                     continue
                 if err in _libc.UNSUPPORTED_ERRNOS:
                     self._fallback = True
                     return self._send_each(datagrams, sent)
                 raise OSError(err, os.strerror(err))
-            sent += sum(self._segments[:result])
+            sent += self._bounds[result - 1] if result else 0
         return sent
 
     def _pack(self, datagrams: Sequence[bytes | bytearray | memoryview], start: int) -> int:
-        """Copy datagrams from ``start`` into the arena as up to ``max_messages`` messages."""
-        arena, arena_len, arena_addr = self._arena, len(self._arena), self._arena_addr
-        iovs_mv, hdrs_mv, ctrl = self._iovs_mv, self._hdrs_mv, self._ctrl
-        segments, gso = self._segments, self._gso
-        count = len(datagrams)
-        offset = 0
-        messages = 0
-        index = start
-        while index < count and messages < self._max_messages:
-            first = datagrams[index]
-            size = len(first)
-            if offset + size > arena_len:
-                if messages == 0:
-                    raise ValueError(f"datagram of {size} bytes exceeds the send arena")
-                break
-            begin = offset
-            arena[offset : offset + size] = first
-            offset += size
-            index += 1
-            nseg = 1
-            if gso and size:
-                limit = min(_libc.GSO_MAX_SEGMENTS, _libc.GSO_MAX_BYTES // size)
-                while nseg < limit and index < count and offset + size <= arena_len:
-                    nxt = datagrams[index]
-                    if len(nxt) != size:
-                        break
-                    arena[offset : offset + size] = nxt
-                    offset += size
-                    index += 1
-                    nseg += 1
-            _IOVEC.pack_into(iovs_mv, messages * 16, arena_addr + begin, offset - begin)
-            hdr_off = messages * _libc.MMSGHDR_SIZE
-            if nseg > 1:
-                _U16.pack_into(ctrl, messages * self._ctrl_space + _libc.CMSG_HDR.size, size)
-                _U64.pack_into(hdrs_mv, hdr_off + _libc.OFF_CONTROLLEN, self._ctrl_space)
-            else:
-                _U64.pack_into(hdrs_mv, hdr_off + _libc.OFF_CONTROLLEN, 0)
-            segments[messages] = nseg
-            messages += 1
+        """Lay out datagrams from ``start`` as up to ``max_messages`` messages; the message count.
+
+        The datagrams are joined into one bytes object (one C-level copy, kept alive in
+        ``self._blob`` until the next call) and each message's iovec points into it, so the
+        per-datagram Python work is only ``len``.
+        """
+        window = datagrams[start : start + self._max_messages * (_libc.GSO_MAX_SEGMENTS if self._gso else 1)]
+        sizes = list(map(len, window))
+        bounds, gso_sizes = _layout(sizes, self._max_messages, self._gso)
+        used = bounds[-1]
+        blob = b"".join(window[:used])
+        self._blob = blob
+        base: int = ctypes.cast(ctypes.c_char_p(blob), ctypes.c_void_p).value or 0  # its buffer, not a copy
+        offsets = list(accumulate(sizes[:used], initial=0))
+        starts = [0, *bounds[:-1]]
+        messages = len(bounds)
+        iovecs = [
+            field
+            for begin, end in zip(starts, bounds, strict=True)
+            for field in (base + offsets[begin], offsets[end] - offsets[begin])
+        ]
+        _iovec_array(messages).pack_into(self._iovs_mv, 0, *iovecs)
+        if self._gso_state[:messages] != gso_sizes:  # steady traffic: no per-message writes at all
+            for k, gso_size in enumerate(gso_sizes):
+                if self._gso_state[k] != gso_size:
+                    self._gso_state[k] = gso_size
+                    if gso_size:
+                        _U16.pack_into(self._ctrl, k * self._ctrl_space + _libc.CMSG_HDR.size, gso_size)
+                    controllen = self._ctrl_space if gso_size else 0
+                    _U64.pack_into(self._hdrs_mv, k * _libc.MMSGHDR_SIZE + _libc.OFF_CONTROLLEN, controllen)
+        self._bounds = bounds
+        self._gso_sizes = gso_sizes
         return messages
 
     def _set_dest(self, dest: tuple[Any, ...] | None) -> None:
@@ -210,3 +207,37 @@ class BatchSender:
                 raise
             sent += 1
         return sent
+
+
+def _layout(sizes: list[int], max_messages: int, gso: bool) -> tuple[list[int], list[int]]:
+    """Split datagrams of ``sizes`` into messages: (end index of each, its GSO size or 0).
+
+    With ``gso``, each run of equal sizes becomes messages of up to GSO_MAX_SEGMENTS datagrams
+    and GSO_MAX_BYTES; a message of one datagram carries no UDP_SEGMENT.
+    """
+    count = len(sizes)
+    if not gso:
+        messages = min(count, max_messages)
+        return list(range(1, messages + 1)), [0] * messages
+    bounds: list[int] = []
+    gso_sizes: list[int] = []
+    # Indices where the size changes, found by C-level map/compress, then the end.
+    run_ends = [*compress(range(1, count), map(ne, sizes[1:], sizes)), count]
+    run_start = 0
+    for run_end in run_ends:
+        size = sizes[run_start]
+        limit = min(_libc.GSO_MAX_SEGMENTS, _libc.GSO_MAX_BYTES // size) if size else 1
+        for begin in range(run_start, run_end, max(limit, 1)):
+            end = min(begin + max(limit, 1), run_end)
+            bounds.append(end)
+            gso_sizes.append(size if end - begin > 1 else 0)
+            if len(bounds) == max_messages:
+                return bounds, gso_sizes
+        run_start = run_end
+    return bounds, gso_sizes
+
+
+@lru_cache(maxsize=_libc.MAX_VLEN)
+def _iovec_array(messages: int) -> struct.Struct:
+    """A Struct packing ``messages`` iovecs (base, length) in one call."""
+    return struct.Struct(f"={2 * messages}Q")

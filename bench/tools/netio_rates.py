@@ -5,7 +5,9 @@
 Receive: the socket queue is prefilled with ``count`` datagrams, then drained and timed (the
 receive cost alone). Send: ``count`` datagrams are sent to a socket with a large buffer that is
 drained afterwards (untimed); a run with any kernel drop (short count) is reported. Prints the
-median pkt/s of ``runs`` runs per mode. Loopback only; bounded in count and time.
+median pkt/s (wall clock) and CPU µs per datagram (``time.process_time``: this
+process, including the kernel's loopback work done on its behalf) of ``runs`` runs per mode. On
+a shared host the CPU figure is the steadier one. Loopback only; bounded in count and time.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _drain_plain(rx: socket.socket) -> int:
         got += 1
 
 
-def bench_receive(mode: str, count: int, size: int) -> float:
+def bench_receive(mode: str, count: int, size: int) -> tuple[float, float]:
     rx, tx, dest = _pair()
     with rx, tx:
         # The receiver exists before the fill: UDP_GRO must be on when the datagrams arrive.
@@ -68,7 +70,7 @@ def bench_receive(mode: str, count: int, size: int) -> float:
         got = 0
         if mode == "recvfrom_into loop":  # the bare syscall loop: no views, times or sources kept
             buf = bytearray(2048)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             while True:
                 try:
                     rx.recvfrom_into(buf)
@@ -77,7 +79,7 @@ def bench_receive(mode: str, count: int, size: int) -> float:
                 got += 1
         elif mode == "recvfrom_into, kept":  # what a driver does without netio: a slot, view, time each
             slots = [memoryview(bytearray(2048)) for _ in range(64)]
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             while True:
                 views, arrivals, sources = [], [], []
                 for slot in slots:
@@ -92,21 +94,22 @@ def bench_receive(mode: str, count: int, size: int) -> float:
                     break
                 got += len(views)
         else:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             while n := receiver.recv_batch():
                 got += n
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
         if got != sent:
             print(f"  ({mode}: sent {sent}, received {got})")
-        return got / elapsed
+        return got / elapsed, cpu / max(got, 1) * 1e6
 
 
-def bench_send(mode: str, count: int, size: int) -> float:
+def bench_send(mode: str, count: int, size: int) -> tuple[float, float]:
     rx, tx, dest = _pair()
     with rx, tx:
         datagrams = [bytes([i & 0xFF]) * size for i in range(64)]
         sent = 0
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if mode == "sendto loop":
             while sent < count:
                 tx.sendto(datagrams[sent & 63], dest)
@@ -119,25 +122,30 @@ def bench_send(mode: str, count: int, size: int) -> float:
                     time.sleep(0.0001)  # the send buffer is full: rare with 4 MiB
                 sent += n
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
         got = _drain_plain(rx)
         if got != sent:
             print(f"  ({mode}: sent {sent}, received {got}: the run is not clean)")
-        return sent / elapsed
+        return sent / elapsed, cpu / max(sent, 1) * 1e6
 
 
-def _medians(fn: Callable[[str, int, int], float], modes: tuple[str, ...], args: argparse.Namespace) -> list[float]:
-    """Median rate per mode; the modes take turns within each run, so load drifts hit all alike."""
-    rates: dict[str, list[float]] = {mode: [] for mode in modes}
+def _medians(
+    fn: Callable[[str, int, int], tuple[float, float]], modes: tuple[str, ...], args: argparse.Namespace
+) -> list[tuple[float, float]]:
+    """Median (pkt/s, CPU µs/pkt) per mode; modes take turns within each run, so load drifts hit all alike."""
+    runs: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
     for _ in range(args.runs):
         for mode in modes:
-            rates[mode].append(fn(mode, args.count, args.size))
-    return [statistics.median(rates[mode]) for mode in modes]
+            runs[mode].append(fn(mode, args.count, args.size))
+    return [
+        (statistics.median(r for r, _ in runs[mode]), statistics.median(c for _, c in runs[mode])) for mode in modes
+    ]
 
 
-def _table(title: str, modes: tuple[str, ...], rates: list[float]) -> None:
-    print(f"{title:<26}{'pkt/s':>12}")
-    for mode, rate in zip(modes, rates, strict=True):
-        print(f"{mode:<26}{rate:>12,.0f}  x{rate / rates[0]:.2f}")
+def _table(title: str, modes: tuple[str, ...], results: list[tuple[float, float]]) -> None:
+    print(f"{title:<26}{'pkt/s':>12}{'':>8}{'CPU us/pkt':>12}")
+    for mode, (rate, cpu) in zip(modes, results, strict=True):
+        print(f"{mode:<26}{rate:>12,.0f}  x{rate / results[0][0]:.2f}{cpu:>12.2f}")
 
 
 def main() -> None:

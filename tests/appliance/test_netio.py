@@ -383,3 +383,24 @@ def test_join_multicast_on_loopback_and_refuse_a_unicast_group() -> None:
         join_multicast(sock, "239.255.77.1", "127.0.0.1")
         with pytest.raises(OSError):
             join_multicast(sock, "127.0.0.2", "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("sizes", "max_messages", "gso", "bounds", "gso_sizes"),
+    [
+        ([100] * 5, 64, True, [5], [100]),
+        ([100] * 5, 64, False, [1, 2, 3, 4, 5], [0] * 5),
+        ([100, 100, 7, 100, 100, 100], 64, True, [2, 3, 6], [100, 0, 100]),
+        ([1328] * 100, 64, True, [48, 96, 100], [1328, 1328, 1328]),  # 65000 // 1328 = 48 per GSO message
+        ([10] * 130, 64, True, [64, 128, 130], [10, 10, 10]),  # GSO_MAX_SEGMENTS = 64
+        ([40000, 40000, 0, 0], 64, True, [1, 2, 3, 4], [0, 0, 0, 0]),  # too large to pair; empty never GSO
+        ([5, 6, 7, 8], 2, True, [1, 2], [0, 0]),  # capped at max_messages
+        ([9] * 10, 1, False, [1], [0]),
+    ],
+)
+def test_send_layout_groups_equal_size_runs(
+    sizes: list[int], max_messages: int, gso: bool, bounds: list[int], gso_sizes: list[int]
+) -> None:
+    from appliance.netio.sender import _layout
+
+    assert _layout(sizes, max_messages, gso) == (bounds, gso_sizes)
