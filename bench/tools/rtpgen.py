@@ -4,7 +4,8 @@
 
 Each datagram: a 12-byte RTP header (PT 33, incrementing sequence number, 90 kHz timestamp from
 the media clock, RFC 3551 §6 / RFC 2250) and 7 valid TS packets (PAT, PMT, PCR, continuity
-counters; see ``tsgen``) with a probe (packet index, send time) in the last one. ``--raw-ts``
+counters; see ``tsgen``) with a probe (packet index, send time) in the last one unless
+``--no-probe``. ``--raw-ts``
 sends the 1316-byte TS payload without the RTP header. Paced to ``pps`` in bursts of ``batch``
 datagrams (default about one burst per millisecond); bounded by ``--seconds`` and ``--count``.
 
@@ -74,6 +75,7 @@ class RtpGenerator:
         count: int | None = None,
         batch: int | None = None,
         raw_ts: bool = False,
+        probe: bool = True,
         ssrc: int = 0x4D504C31,
         first_sequence: int = 0,
         sock: socket.socket | None = None,
@@ -108,7 +110,7 @@ class RtpGenerator:
         self._size = header + TS_PAYLOAD_SIZE
         self._slots = [bytearray(self._size) for _ in range(self.batch)]
         self._views = [memoryview(slot) for slot in self._slots]
-        self._ts = TsPayloadWriter()
+        self._ts = TsPayloadWriter(probe=probe)
         self._built = 0  # datagrams built (== their packet index)
         self._pending: list[memoryview] = []
         self.sent = 0
@@ -224,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=None, help="stop after this many datagrams")
     parser.add_argument("--batch", type=int, default=None, help="datagrams per burst (default pps/1000, max 64)")
     parser.add_argument("--raw-ts", action="store_true", help="send the TS payload without an RTP header")
+    parser.add_argument("--no-probe", action="store_true", help="no send time/index in the last TS packet")
     parser.add_argument("--ssrc", type=lambda s: int(s, 0), default=0x4D504C31)
     parser.add_argument("--dscp", type=int, default=None)
     args = parser.parse_args(argv)
@@ -237,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         count=args.count,
         batch=args.batch,
         raw_ts=args.raw_ts,
+        probe=not args.no_probe,
         ssrc=args.ssrc,
         dscp=args.dscp,
     ) as gen:

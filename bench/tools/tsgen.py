@@ -65,7 +65,8 @@ def pmt_packet() -> bytearray:
 class TsPayloadWriter:
     """Writes successive 1316-byte TS payloads into caller buffers (continuity kept per PID)."""
 
-    def __init__(self, *, psi_interval: int = 40) -> None:
+    def __init__(self, *, psi_interval: int = 40, probe: bool = True) -> None:
+        self._probe = probe
         self._pat = pat_packet()
         self._pmt = pmt_packet()
         self._psi_interval = max(1, psi_interval)
@@ -91,7 +92,8 @@ class TsPayloadWriter:
             buf[offset : offset + TS_PAYLOAD_SIZE] = self._video_templates[video_cc]
             cc[VIDEO_PID] = (video_cc + TS_PER_DATAGRAM) & 0x0F
             self._datagrams += 1
-            PROBE.pack_into(buf, offset + TS_PAYLOAD_SIZE - PROBE_OFFSET_FROM_END, PROBE_MAGIC, index, send_ns)
+            if self._probe:
+                PROBE.pack_into(buf, offset + TS_PAYLOAD_SIZE - PROBE_OFFSET_FROM_END, PROBE_MAGIC, index, send_ns)
             return
         first = 0
         if self._datagrams % self._psi_interval == 0:
@@ -115,7 +117,8 @@ class TsPayloadWriter:
                 buf[start + 6 : start + 12] = ((base << 15) | 0x7E00).to_bytes(6, "big")
             else:
                 _TS_HEADER.pack_into(buf, start, SYNC_BYTE, VIDEO_PID, 0x10 | video_cc)
-        PROBE.pack_into(buf, offset + TS_PAYLOAD_SIZE - PROBE_OFFSET_FROM_END, PROBE_MAGIC, index, send_ns)
+        if self._probe:
+            PROBE.pack_into(buf, offset + TS_PAYLOAD_SIZE - PROBE_OFFSET_FROM_END, PROBE_MAGIC, index, send_ns)
 
 
 def read_probe(datagram: bytes | bytearray | memoryview) -> tuple[int, int] | None:

@@ -180,3 +180,22 @@ def test_cli_pair() -> None:
         sink.kill()
     report = json.loads(out.strip().splitlines()[-1])
     assert (report["received"], report["lost"], report["duplicated"]) == (500, 0, 0)
+
+
+def test_probe_is_optional() -> None:
+    writer = TsPayloadWriter(probe=False)
+    buf = bytearray(TS_PAYLOAD_SIZE)
+    for index in range(3):
+        writer.write(buf, 0, media_time_s=index * 0.05, index=index, send_ns=1)
+        assert read_probe(buf) is None
+        assert buf[0::TS_PACKET_SIZE] == b"\x47" * 7
+
+
+def test_edge_forward_helpers_read_stats_and_counters() -> None:
+    from bench.edge_forward import _edge_dropped, tree_cpu_seconds, udp_counters
+
+    stats = {"data": {"flows": [{"outputs": [{"packets_dropped": 3}, {"packets_dropped": 4, "x": [1]}]}]}}
+    assert _edge_dropped(stats) == 7
+    counters = udp_counters()
+    assert {"InDatagrams", "RcvbufErrors"} <= counters.keys()
+    assert tree_cpu_seconds(os.getpid()) > 0
