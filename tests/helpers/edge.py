@@ -137,7 +137,7 @@ def start_edge(
     return edge
 
 
-def wait_healthy(edge: Edge, timeout: float = 20.0) -> None:
+def wait_healthy(edge: Edge, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if edge.process.poll() is not None:
