@@ -113,7 +113,14 @@ class FecDecoder:
         self.rows = rows
         self.counters = FecDecoderCounters()
         self._buffer = ReorderBuffer(reorder_window_s, capacity=capacity, on_lost=self._on_lost)
-        self._waiting: dict[int, list[_FecEntry]] = {}
+        self._waiting: dict[int, list[_FecEntry]] = {}  # missing member -> FEC needing it
+        # Rebuildable packets not yet overdue: nothing later has arrived, so the original may
+        # still be in flight (a row FEC packet can overtake the last packet of its row).
+        self._deferred: dict[int, list[_FecEntry]] = {}
+        self._highest_rx = -1  # highest extended sequence number *received* (not rebuilt)
+        # A rebuildable packet that nothing later has shown to be lost (the stream paused or
+        # ended right after it) is rebuilt anyway one reorder window after it could have been.
+        self._deferred_deadline: float | None = None
         self._ssrc: int | None = None
         self._probe: int | None = None  # 16-bit seq expected next if an out-of-range jump is real
 
@@ -142,6 +149,10 @@ class FecDecoder:
         result = buf.put(ext, bytes(datagram), now)
         if result is PutResult.STORED:
             self._arrived(ext, now)
+            if ext > self._highest_rx:
+                self._highest_rx = ext
+                if self._deferred:
+                    self._run_deferred(ext, now)
         elif result is PutResult.DUPLICATE:
             self.counters.duplicates += 1
         else:
@@ -189,14 +200,13 @@ class FecDecoder:
             length_recovery=fec.length_recovery,
             payload=bytes(fec.payload),
         )
+        for ext in missing:
+            self._waiting.setdefault(ext, []).append(entry)
         if len(missing) == 1:
-            rebuilt = self._recover(entry, now)
+            rebuilt = self._attempt(entry, now)
             if rebuilt is not None:
                 self._arrived(rebuilt, now)
                 self._release(now)
-            return
-        for ext in missing:
-            self._waiting.setdefault(ext, []).append(entry)
 
     def pop_output(self) -> bytes | None:
         """The next media datagram in sequence order, or None. Owned by the caller."""
@@ -208,16 +218,27 @@ class FecDecoder:
 
     def get_timer(self) -> float | None:
         """When ``handle_timer`` must next run, or None."""
-        return self._buffer.deadline
+        deadline = self._buffer.deadline
+        deferred = self._deferred_deadline
+        if deferred is None:
+            return deadline
+        return deferred if deadline is None else min(deadline, deferred)
 
     def handle_timer(self, now: float) -> None:
-        """Give up on missing packets whose wait has passed; release what follows them."""
+        """Rebuild deferred packets and give up on missing ones whose wait has passed."""
+        if self._deferred_deadline is not None and now >= self._deferred_deadline:
+            self._deferred_deadline = None
+            self._run_deferred(None, now)
         self._release(now)
 
     def flush(self) -> None:
-        """Release everything held now, in order, without waiting (end of stream)."""
+        """Rebuild what can be, then release everything held, in order, without waiting."""
+        if self._deferred:
+            self._run_deferred(None, 0.0)
         self._buffer.flush()
         self._waiting.clear()
+        self._deferred.clear()
+        self._deferred_deadline = None
 
     # -- internals --------------------------------------------------------------------------
     def _release(self, now: float) -> None:
@@ -229,13 +250,46 @@ class FecDecoder:
         if entries:
             for entry in entries:
                 entry.dead = True
+        self._deferred.pop(ext, None)
 
     def _resync(self) -> None:
         self._buffer.flush()
         self._buffer.reset()
         self._waiting.clear()
+        self._deferred.clear()
+        self._deferred_deadline = None
+        self._highest_rx = -1
         self._probe = None
         self.counters.resyncs += 1
+
+    def _run_deferred(self, below: int | None, now: float) -> None:
+        # Rebuild the deferred packets now overdue (all of them when ``below`` is None).
+        for target in sorted(self._deferred):
+            if below is not None and target >= below:
+                break
+            if target not in self._deferred:  # handled by a cascade within this loop
+                continue
+            for entry in self._deferred.pop(target):
+                if entry.dead or self._buffer.has(target):
+                    continue
+                rebuilt = self._recover(entry, now)
+                if rebuilt is not None:
+                    self._arrived(rebuilt, now)
+                    break
+
+    def _attempt(self, entry: _FecEntry, now: float) -> int | None:
+        # One member left to rebuild: do it if overdue, else defer it until a later one arrives.
+        buf = self._buffer
+        target = next((ext for ext in entry.protected if not buf.has(ext)), -1)
+        if target < 0:
+            entry.dead = True
+            return None
+        if target > self._highest_rx:
+            self._deferred.setdefault(target, []).append(entry)
+            if self._deferred_deadline is None:
+                self._deferred_deadline = now + self._buffer.window_s
+            return None
+        return self._recover(entry, now)
 
     def _arrived(self, ext: int, now: float) -> None:
         # A packet is now held (received or rebuilt): update every FEC waiting for it and
@@ -251,7 +305,7 @@ class FecDecoder:
                     continue
                 entry.missing -= 1
                 if entry.missing == 1:
-                    rebuilt = self._recover(entry, now)
+                    rebuilt = self._attempt(entry, now)
                     if rebuilt is not None:
                         work.append(rebuilt)
                 elif entry.missing <= 0:

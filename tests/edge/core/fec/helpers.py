@@ -9,12 +9,26 @@ from services.edge.core.fec import FecDecoder, FecEncoder
 from services.edge.core.rtp import build_rtp_header
 
 
-def media(seq: int, *, size: int = 1316, ssrc: int = 0x1234, ts: int | None = None, marker: bool = False,
-          pt: int = 33, fill: int | None = None) -> bytes:
+def media(
+    seq: int,
+    *,
+    size: int = 1316,
+    ssrc: int = 0x1234,
+    ts: int | None = None,
+    marker: bool = False,
+    pt: int = 33,
+    fill: int | None = None,
+) -> bytes:
     """One RTP datagram with a payload derived from ``seq`` (or ``fill``)."""
     out = bytearray(12 + size)
-    build_rtp_header(out, payload_type=pt, sequence=seq & 0xFFFF, timestamp=(seq * 3003 if ts is None else ts),
-                     ssrc=ssrc, marker=marker)
+    build_rtp_header(
+        out,
+        payload_type=pt,
+        sequence=seq & 0xFFFF,
+        timestamp=(seq * 3003 if ts is None else ts),
+        ssrc=ssrc,
+        marker=marker,
+    )
     rng = random.Random(seq if fill is None else fill)
     out[12:] = rng.randbytes(size)
     return bytes(out)

@@ -13,7 +13,7 @@ from services.edge.core.fec.header import FEC_MIN_DATAGRAM, build_fec_header, pa
 # A column packet laid out as ffmpeg prompeg_write_fec writes one for L=5, D=10 (hand-built):
 # RTP 80 60 0001 00000bb8 00000000 | SNBase 0064, len 0540, E|PT a1, mask 000000, TS 00000bb8,
 # N/D/type/index 00, offset 05, NA 0a, ext 00.
-FFMPEG_COLUMN = bytes.fromhex("8060000100000bb800000000" "00640540a100000000000bb800050a00") + b"\xaa" * 4
+FFMPEG_COLUMN = bytes.fromhex("8060000100000bb80000000000640540a100000000000bb800050a00") + b"\xaa" * 4
 
 
 def test_parses_the_ffmpeg_column_layout() -> None:
@@ -28,9 +28,22 @@ def test_parses_the_ffmpeg_column_layout() -> None:
 
 def test_build_then_parse_round_trips_a_row_packet() -> None:
     buf = bytearray(FEC_MIN_DATAGRAM + 3)
-    build_fec_header(buf, rtp_bits=0x15, marker=True, payload_type=96, sequence=0xFFFF, timestamp=0xDEADBEEF,
-                     ssrc=0, snbase=65535, length_recovery=1316, pt_recovery=33, ts_recovery=7, is_row=True,
-                     offset=1, na=20)
+    build_fec_header(
+        buf,
+        rtp_bits=0x15,
+        marker=True,
+        payload_type=96,
+        sequence=0xFFFF,
+        timestamp=0xDEADBEEF,
+        ssrc=0,
+        snbase=65535,
+        length_recovery=1316,
+        pt_recovery=33,
+        ts_recovery=7,
+        is_row=True,
+        offset=1,
+        na=20,
+    )
     fec = parse_fec(buf)
     assert fec is not None
     assert fec.rtp_byte0 == 0x80 | 0x15 and fec.marker and fec.is_row
