@@ -1,0 +1,146 @@
+"""``make run``: the all-in-one local demo.
+
+Starts ``mp-edge`` on 127.0.0.1:8080 with a config dir under ``.demo/``, creates a
+demo flow (RTP in on 127.0.0.1:5000, a raw-UDP TS output to 127.0.0.1:5004 and an
+RTP output to 127.0.0.1:5006), feeds it a live H.264 + AAC MPEG-TS test stream
+from ffmpeg, and prints what to open and type. Ctrl-C stops everything cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_DIR = ROOT / ".demo" / "edge"
+API = "http://127.0.0.1:8080"
+FLOW = {
+    "id": "demo",
+    "name": "Demo test pattern",
+    "enabled": True,
+    "media_analysis": True,
+    "input": {"type": "rtp", "bind_addr": "127.0.0.1:5000"},
+    "outputs": [
+        {"type": "udp", "id": "ts-out", "name": "Raw TS to 5004", "dest_addr": "127.0.0.1:5004"},
+        {"type": "rtp", "id": "rtp-out", "name": "RTP to 5006", "dest_addr": "127.0.0.1:5006"},
+    ],
+}
+FFMPEG = [
+    "ffmpeg", "-hide_banner", "-loglevel", "error", "-re",
+    "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=25",
+    "-f", "lavfi", "-i", "sine=frequency=1000:sample_rate=48000",
+    "-c:v", "libx264", "-preset", "veryfast", "-tune", "zerolatency", "-g", "50", "-b:v", "3M",
+    "-c:a", "aac", "-b:a", "128k",
+    "-f", "rtp_mpegts", "rtp://127.0.0.1:5000?pkt_size=1328",
+]
+
+
+def _request(method: str, path: str, body: dict[str, object] | None = None) -> tuple[int, dict[str, object]]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(API + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def _wait_healthy(edge: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if edge.poll() is not None:
+            sys.exit(f"demo: mp-edge exited with status {edge.returncode} (is port 8080 in use?)")
+        try:
+            if _request("GET", "/health")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    sys.exit("demo: mp-edge did not answer on 127.0.0.1:8080")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop works like Ctrl-C
+    DEMO_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    edge_bin = Path(sys.executable).with_name("mp-edge")
+    edge = subprocess.Popen(
+        [str(edge_bin), "--config-dir", str(DEMO_DIR), "--listen-addr", "127.0.0.1", "--listen-port", "8080"],
+        start_new_session=True,
+    )
+    feeder: subprocess.Popen[bytes] | None = None
+    try:
+        _wait_healthy(edge)
+        status, answer = _request("GET", "/api/v1/flows/demo")
+        if status == 404:
+            status, answer = _request("POST", "/api/v1/flows", FLOW)
+            if status != 200:
+                sys.exit(f"demo: could not create the demo flow: {answer.get('error')}")
+        elif _request("GET", "/api/v1/stats/demo")[1].get("data", {}).get("state") != "Running":  # type: ignore[union-attr]
+            _request("POST", "/api/v1/flows/demo/start")
+        if shutil.which("ffmpeg"):
+            feeder = subprocess.Popen(FFMPEG, stdin=subprocess.DEVNULL, start_new_session=True)
+            source = "ffmpeg: 1280x720p25 H.264 3 Mbit/s + AAC 1 kHz tone, RTP/MPEG-TS to 127.0.0.1:5000"
+        else:
+            feeder = subprocess.Popen(
+                [sys.executable, "-m", "bench.tools.rtpgen", "--dest", "127.0.0.1:5000", "--pps", "1000", "--seconds", "86400"],
+                cwd=ROOT,
+                start_new_session=True,
+            )
+            source = "bench.tools.rtpgen: synthetic MPEG-TS (ffmpeg is not installed)"
+        bin_dir = Path(sys.executable).parent
+        print(
+            f"""
+Mediaplane demo is running.
+
+  Edge API     {API}   (config in {DEMO_DIR.relative_to(ROOT)})
+  Demo flow    'demo': RTP in 127.0.0.1:5000 -> raw TS 127.0.0.1:5004 and RTP 127.0.0.1:5006
+  Source       {source}
+
+Open in a browser:
+  {API}/setup            the first-boot setup wizard
+  {API}/api/v1/stats     live statistics (TR 101 290, media analysis, IAT, bitrates)
+  {API}/metrics          Prometheus metrics
+
+Type in another terminal:
+  {bin_dir}/mp flow list
+  {bin_dir}/mp stats --watch
+  curl -s {API}/api/v1/stats/demo | python3 -m json.tool
+  ffplay udp://127.0.0.1:5004          (to watch the output, where a display is available)
+
+Ctrl-C stops the demo.
+""",
+            flush=True,
+        )
+        while edge.poll() is None:
+            time.sleep(0.5)
+            if feeder.poll() is not None:
+                print(f"demo: the stream source exited with status {feeder.returncode}", file=sys.stderr)
+                break
+    except KeyboardInterrupt:
+        print("\ndemo: stopping", file=sys.stderr)
+    finally:
+        if feeder is not None and feeder.poll() is None:
+            feeder.terminate()
+            feeder.wait(5)
+        if edge.poll() is None:
+            edge.send_signal(signal.SIGTERM)
+            try:
+                edge.wait(15)
+            except subprocess.TimeoutExpired:
+                edge.kill()
+        print("demo: stopped", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
