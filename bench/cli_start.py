@@ -1,0 +1,141 @@
+"""Start-up time of `mp`: median wall time of `mp --help` and `mp flow list`.
+
+Each command is a fresh process, as when a field engineer types it. The bare
+interpreter (`python -c pass`, the same venv interpreter, so the same site
+start-up) is measured in the same run, interleaved, so machine load hits all
+figures alike. The goal: `mp flow list` within 120 ms of the bare interpreter.
+
+    .venv/bin/python bench/cli_start.py                 # starts a throwaway mp-edge
+    .venv/bin/python bench/cli_start.py --url http://127.0.0.1:8080 --runs 31
+
+`mp flow list` runs with stdout piped (JSON, the scripting case) and, as an
+extra line, with `-o table`. One flow is created first so the list is not empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+GOAL_MS = 120.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def _edge(url: str | None) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="mp-bench-"))
+    port = _free_port()
+    log = (tmp / "edge.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            str(BIN / "mp-edge"),
+            "--config-dir",
+            str(tmp / "cfg"),
+            "--listen-addr",
+            "127.0.0.1",
+            "--listen-port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"mp-edge did not start; see {tmp / 'edge.log'}") from None
+                time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _seed(url: str, env: dict[str, str]) -> None:
+    body = json.dumps(
+        {
+            "id": "bench1",
+            "name": "Bench 1",
+            "enabled": False,
+            "input": {"type": "rtp", "bind_addr": "127.0.0.1:1"},
+            "outputs": [{"type": "udp", "id": "out1", "name": "out1", "dest_addr": "127.0.0.1:9"}],
+        }
+    )
+    subprocess.run([str(BIN / "mp"), "flow", "create", "-f", "-"], input=body.encode(), env=env, capture_output=True)
+
+
+def _time_once(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode().strip()}")
+    return elapsed * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", help="a running edge (default: start a throwaway one)")
+    parser.add_argument("--runs", type=int, default=21, help="runs per command (default 21)")
+    args = parser.parse_args()
+    mp = str(BIN / "mp")
+    with _edge(args.url) as url:
+        env = {**os.environ, "MEDIAPLANE_URL": url, "NO_COLOR": "1"}
+        _seed(url, env)
+        cases = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "mp --help": [mp, "--help"],
+            "mp flow list": [mp, "flow", "list"],
+            "mp flow list -o table": [mp, "flow", "list", "-o", "table"],
+        }
+        for argv in cases.values():  # warm the page cache and the .pyc files
+            _time_once(argv, env)
+        samples: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(args.runs):
+            for name, argv in cases.items():
+                samples[name].append(_time_once(argv, env))
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    base = medians["python -c pass"]
+    print(f"mp start-up, median of {args.runs} runs ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})")
+    for name, median in medians.items():
+        extra = "" if name == "python -c pass" else f"   (+{median - base:6.1f} ms over python)"
+        print(f"  {name:<24}{median:8.1f} ms{extra}")
+    over = medians["mp flow list"] - base
+    verdict = "within" if over <= GOAL_MS else "OVER"
+    print(f"goal: mp flow list within {GOAL_MS:.0f} ms of python -c pass: {verdict} ({over:.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()

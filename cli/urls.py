@@ -1,0 +1,212 @@
+"""Turn `--input` and `--output` URLs into the API's input and output objects.
+
+| URL | object |
+|---|---|
+| `rtp://0.0.0.0:5000` (input) | `{"type": "rtp", "bind_addr": "0.0.0.0:5000"}` |
+| `udp://0.0.0.0:5000` (input) | `{"type": "udp", "bind_addr": ...}`, raw TS without RTP |
+| `udp://239.1.1.1:5000` (output) | `{"type": "udp", "id": "out1", "name": "out1", "dest_addr": ...}` |
+| `rtp://239.1.1.1:5000` (output) | the same with `"type": "rtp"` |
+| `srt://host:port?mode=caller&latency=120` | the SRT field set (interop.md 2.4) |
+
+SRT mode: `caller` sets `remote_addr` to the URL's address and `local_addr` to
+`0.0.0.0:0`; `listener` sets `local_addr`; `rendezvous` sets both (local port =
+remote port). Without `mode`, an empty host or `0.0.0.0` means listener and any
+other host means caller, as with `srt-live-transmit`. Query keys are the
+interop field names, plus the srt-live-transmit spellings `latency`, `pbkeylen`
+and `streamid`. An unknown key is a usage error, never silently dropped.
+
+Pure functions, no I/O: the values are checked again by the pydantic model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlsplit
+
+from cli.errors import UsageError
+
+_INT: Final = "int"
+_BOOL: Final = "bool"
+_STR: Final = "str"
+_FEC: Final = "fec"
+
+# query key -> (field, kind); spellings of srt-live-transmit map onto interop names.
+_SRT_KEYS: Final = {
+    "mode": ("mode", _STR),
+    "latency": ("latency_ms", _INT),
+    "latency_ms": ("latency_ms", _INT),
+    "rcvlatency": ("recv_latency_ms", _INT),
+    "recv_latency_ms": ("recv_latency_ms", _INT),
+    "peerlatency": ("peer_latency_ms", _INT),
+    "peer_latency_ms": ("peer_latency_ms", _INT),
+    "passphrase": ("passphrase", _STR),
+    "pbkeylen": ("aes_key_len", _INT),
+    "aes_key_len": ("aes_key_len", _INT),
+    "crypto_mode": ("crypto_mode", _STR),
+    "streamid": ("stream_id", _STR),
+    "stream_id": ("stream_id", _STR),
+    "packet_filter": ("packet_filter", _STR),
+    "local_addr": ("local_addr", _STR),
+    "peer_idle_timeout_secs": ("peer_idle_timeout_secs", _INT),
+    "connect_timeout_secs": ("connect_timeout_secs", _INT),
+    "payload_size": ("payload_size", _INT),
+    "maxbw": ("max_bw", _INT),
+    "max_bw": ("max_bw", _INT),
+    "enforced_encryption": ("enforced_encryption", _BOOL),
+}
+_RTP_INPUT_KEYS: Final = {
+    "interface_addr": ("interface_addr", _STR),
+    "fec": ("fec_decode", _FEC),
+    "fec_decode": ("fec_decode", _FEC),
+    "tr07_mode": ("tr07_mode", _BOOL),
+    "max_bitrate_mbps": ("max_bitrate_mbps", "float"),
+}
+_UDP_INPUT_KEYS: Final = {"interface_addr": ("interface_addr", _STR)}
+_UDP_OUTPUT_KEYS: Final = {
+    "name": ("name", _STR),
+    "bind_addr": ("bind_addr", _STR),
+    "interface_addr": ("interface_addr", _STR),
+    "dscp": ("dscp", _INT),
+}
+_RTP_OUTPUT_KEYS: Final = {**_UDP_OUTPUT_KEYS, "fec": ("fec_encode", _FEC), "fec_encode": ("fec_encode", _FEC)}
+_SRT_OUTPUT_KEYS: Final = {**_SRT_KEYS, "name": ("name", _STR)}
+
+INPUT_SCHEMES: Final = ("rtp", "udp", "srt")
+OUTPUT_SCHEMES: Final = ("udp", "rtp", "srt")
+
+
+def _address(url: str, option: str, *, default_host: str | None) -> tuple[str, str, int]:
+    """(scheme, `<ip>:<port>` text, port) of a URL; IPv6 hosts are kept in brackets."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise UsageError(f"{option} {url!r}: the port must be 0-65535") from None
+    if port is None:
+        raise UsageError(f"{option} {url!r} has no port", hint=f"e.g. {parts.scheme or 'rtp'}://0.0.0.0:5000")
+    host = parts.hostname or ""
+    if not host:
+        if default_host is None:
+            raise UsageError(f"{option} {url!r} has no host")
+        host = default_host
+    if ":" in host:
+        host = f"[{host}]"
+    if parts.path not in ("", "/"):
+        raise UsageError(f"{option} {url!r}: a path is not allowed here")
+    return parts.scheme.lower(), f"{host}:{port}", port
+
+
+def _query(url: str, option: str, allowed: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for key, raw in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        spec = allowed.get(key)
+        if spec is None:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise UsageError(f"{option} {url.split('?')[0]!r}: unknown parameter {key!r}", hint=f"known: {known}")
+        field, kind = spec
+        fields[field] = _convert(raw, kind, f"{option} parameter {key!r}")
+    return fields
+
+
+def _convert(raw: str, kind: str, what: str) -> Any:
+    if kind == _INT:
+        try:
+            return int(raw)
+        except ValueError:
+            raise UsageError(f"{what} must be a whole number, not {raw!r}") from None
+    if kind == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise UsageError(f"{what} must be a number, not {raw!r}") from None
+    if kind == _BOOL:
+        lowered = raw.lower()
+        if lowered in ("1", "true", "yes", "on", ""):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise UsageError(f"{what} must be true or false, not {raw!r}")
+    if kind == _FEC:
+        cols, sep, rows = raw.lower().partition("x")
+        if not sep or not cols.isdigit() or not rows.isdigit():
+            raise UsageError(f"{what} must be COLUMNSxROWS, e.g. 10x10, not {raw!r}")
+        return {"columns": int(cols), "rows": int(rows)}
+    return raw
+
+
+def _srt_fields(url: str, option: str, allowed: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    _, addr, port = _address(url, option, default_host="0.0.0.0")
+    fields = _query(url, option, allowed)
+    host = urlsplit(url).hostname or ""
+    mode = fields.pop("mode", None) or ("listener" if host in ("", "0.0.0.0", "::") else "caller")
+    if mode not in ("caller", "listener", "rendezvous"):
+        raise UsageError(f"{option} {url.split('?')[0]!r}: mode must be caller, listener or rendezvous, not {mode!r}")
+    srt: dict[str, Any] = {"mode": mode}
+    if mode == "listener":
+        srt["local_addr"] = fields.pop("local_addr", addr)
+    elif mode == "caller":
+        srt["remote_addr"] = addr
+        srt["local_addr"] = fields.pop("local_addr", "0.0.0.0:0")
+    else:
+        srt["remote_addr"] = addr
+        srt["local_addr"] = fields.pop("local_addr", f"0.0.0.0:{port}")
+    srt.update(fields)
+    return srt
+
+
+def parse_input(url: str, option: str = "--input") -> dict[str, Any]:
+    """The input object for an `rtp://`, `udp://` or `srt://` URL."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "srt":
+        return {"type": "srt", **_srt_fields(url, option, _SRT_KEYS)}
+    if scheme in ("rtp", "udp"):
+        _, addr, _ = _address(url, option, default_host="0.0.0.0")
+        keys = _RTP_INPUT_KEYS if scheme == "rtp" else _UDP_INPUT_KEYS
+        return {"type": scheme, "bind_addr": addr, **_query(url, option, keys)}
+    raise UsageError(
+        f"{option} {url!r}: the scheme must be one of " + ", ".join(f"{s}://" for s in INPUT_SCHEMES),
+        hint="e.g. --input rtp://0.0.0.0:5000",
+    )
+
+
+def parse_output(url: str, output_id: str, option: str = "--output") -> dict[str, Any]:
+    """The output object for a `udp://`, `rtp://` or `srt://` URL; `name` defaults to the id."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "srt":
+        fields = _srt_fields(url, option, _SRT_OUTPUT_KEYS)
+        name = fields.pop("name", output_id)
+        return {"type": "srt", "id": output_id, "name": name, **fields}
+    if scheme in ("udp", "rtp"):
+        _, addr, _ = _address(url, option, default_host=None)
+        fields = _query(url, option, _RTP_OUTPUT_KEYS if scheme == "rtp" else _UDP_OUTPUT_KEYS)
+        name = fields.pop("name", output_id)
+        return {"type": scheme, "id": output_id, "name": name, "dest_addr": addr, **fields}
+    raise UsageError(
+        f"{option} {url!r}: the scheme must be one of " + ", ".join(f"{s}://" for s in OUTPUT_SCHEMES),
+        hint="e.g. --output udp://239.1.1.1:5000",
+    )
+
+
+def next_output_id(taken: set[str]) -> str:
+    """The first of out1, out2, ... not in `taken`."""
+    n = 1
+    while f"out{n}" in taken:
+        n += 1
+    return f"out{n}"
+
+
+def validation_lines(exc: Any) -> list[str]:
+    """`loc: message` lines from a pydantic ValidationError, never echoing the input.
+
+    `str(exc)` would print the offending values, secrets included (style guide 3).
+    """
+    lines = []
+    for err in exc.errors(include_input=False, include_url=False):
+        loc = ".".join(str(p) for p in err.get("loc", ()) if not _is_tag(p, err))
+        lines.append(f"{loc or '(body)'}: {err.get('msg', 'invalid')}")
+    return lines
+
+
+def _is_tag(part: Any, err: dict[str, Any]) -> bool:
+    # A discriminated union puts the tag (e.g. 'rtp') into the location: input.rtp.bind_addr.
+    return isinstance(part, str) and part in ("rtp", "udp", "srt", "rtmp", "rtsp", "webrtc", "whep", "hls")
