@@ -120,7 +120,7 @@ class FecDecoder:
         self._highest_rx = -1  # highest extended sequence number *received* (not rebuilt)
         # A rebuildable packet that nothing later has shown to be lost (the stream paused or
         # ended right after it) is rebuilt anyway one reorder window after it could have been.
-        self._deferred_deadline: float | None = None
+        self._deferred_at: dict[int, float] = {}
         self._ssrc: int | None = None
         self._probe: int | None = None  # 16-bit seq expected next if an out-of-range jump is real
 
@@ -152,7 +152,7 @@ class FecDecoder:
             if ext > self._highest_rx:
                 self._highest_rx = ext
                 if self._deferred:
-                    self._run_deferred(ext, now)
+                    self._run_deferred(now, below=ext)
         elif result is PutResult.DUPLICATE:
             self.counters.duplicates += 1
         else:
@@ -219,26 +219,25 @@ class FecDecoder:
     def get_timer(self) -> float | None:
         """When ``handle_timer`` must next run, or None."""
         deadline = self._buffer.deadline
-        deferred = self._deferred_deadline
-        if deferred is None:
+        if not self._deferred_at:
             return deadline
+        deferred = min(self._deferred_at.values()) + self._buffer.window_s
         return deferred if deadline is None else min(deadline, deferred)
 
     def handle_timer(self, now: float) -> None:
         """Rebuild deferred packets and give up on missing ones whose wait has passed."""
-        if self._deferred_deadline is not None and now >= self._deferred_deadline:
-            self._deferred_deadline = None
-            self._run_deferred(None, now)
+        if self._deferred_at:
+            self._run_deferred(now, aged_before=now - self._buffer.window_s)
         self._release(now)
 
     def flush(self) -> None:
         """Rebuild what can be, then release everything held, in order, without waiting."""
         if self._deferred:
-            self._run_deferred(None, 0.0)
+            self._run_deferred(0.0)
         self._buffer.flush()
         self._waiting.clear()
         self._deferred.clear()
-        self._deferred_deadline = None
+        self._deferred_at.clear()
 
     # -- internals --------------------------------------------------------------------------
     def _release(self, now: float) -> None:
@@ -251,24 +250,29 @@ class FecDecoder:
             for entry in entries:
                 entry.dead = True
         self._deferred.pop(ext, None)
+        self._deferred_at.pop(ext, None)
 
     def _resync(self) -> None:
         self._buffer.flush()
         self._buffer.reset()
         self._waiting.clear()
         self._deferred.clear()
-        self._deferred_deadline = None
+        self._deferred_at.clear()
         self._highest_rx = -1
         self._probe = None
         self.counters.resyncs += 1
 
-    def _run_deferred(self, below: int | None, now: float) -> None:
-        # Rebuild the deferred packets now overdue (all of them when ``below`` is None).
+    def _run_deferred(self, now: float, *, below: int | None = None, aged_before: float | None = None) -> None:
+        # Rebuild the deferred packets now overdue: below a received sequence number, deferred
+        # for a whole window, or (neither given) all of them.
         for target in sorted(self._deferred):
-            if below is not None and target >= below:
-                break
             if target not in self._deferred:  # handled by a cascade within this loop
                 continue
+            since = self._deferred_at[target]
+            if below is not None or aged_before is not None:
+                if not ((below is not None and target < below) or (aged_before is not None and since <= aged_before)):
+                    continue
+            del self._deferred_at[target]
             for entry in self._deferred.pop(target):
                 if entry.dead or self._buffer.has(target):
                     continue
@@ -286,8 +290,7 @@ class FecDecoder:
             return None
         if target > self._highest_rx:
             self._deferred.setdefault(target, []).append(entry)
-            if self._deferred_deadline is None:
-                self._deferred_deadline = now + self._buffer.window_s
+            self._deferred_at.setdefault(target, now)
             return None
         return self._recover(entry, now)
 

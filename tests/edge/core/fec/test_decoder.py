@@ -299,3 +299,21 @@ def test_any_single_loss_per_column_is_recovered(columns: int, rows: int, first:
     out, dec = run_pair(packets, columns, rows, drop_media=drops, row_fec=False)
     assert out == packets
     assert dec.counters.recovered == len(drops)
+
+
+def test_each_deferred_packet_waits_its_own_window() -> None:
+    packets = stream(0, 8)
+    rows_fec = _row_fec(packets, 4, 4)
+    dec = FecDecoder(4, 4, reorder_window_s=0.25)
+    for p in packets[:3]:
+        dec.on_media(memoryview(p), 0.0)
+    dec.on_fec(memoryview(rows_fec[0]), 0.0)  # packet 3 deferred at t=0 ...
+    dec.on_media(memoryview(packets[3]), 0.01)  # ... and it was only in flight
+    for p in packets[4:7]:
+        dec.on_media(memoryview(p), 0.2)
+    dec.on_fec(memoryview(rows_fec[1]), 0.2)  # packet 7 deferred at t=0.2
+    dec.handle_timer(0.26)  # the first deferral's window is over, not the second's
+    dec.on_media(memoryview(packets[7]), 0.27)
+    assert (dec.counters.recovered, dec.counters.duplicates) == (0, 0)
+    dec.handle_timer(1.0)
+    assert list(iter(dec.pop_output, None)) == packets
