@@ -201,15 +201,23 @@ def test_no_key_at_all_is_an_error_and_no_key_is_invented(
 
 def test_invalid_secrets_content_names_the_file_and_json_path(store: EdgeConfigStore) -> None:
     store.save(full_config())
-    bad = {"version": 1, "tunnels": {RELAY_TUNNEL_ID: {"tunnel_psk": "", "wrong": "x"}}, "bogus": 1}
+    bad = {
+        "version": 1,
+        "manager_node_secret": "n" * 5000,
+        "tunnels": {RELAY_TUNNEL_ID: {"tunnel_psk": "", "tunnel_bind_secret": "bind-SECRET-not-hex"}},
+        "bogus": 1,
+    }
     store.secrets_path.write_bytes(seal(json.dumps(bad).encode(), key_for(MACHINE_ID), os.urandom(12)))
     with pytest.raises(ConfigFileError) as info:
         store.load()
     message = info.value.message
+    assert "SECRET" not in message and "nnnnn" not in message
+    assert "(and 1 more)" in message  # four problems, three shown
+    cause = info.value.__cause__
+    assert cause is not None and cause.__cause__ is None  # the ValidationError text is not chained
     assert str(store.secrets_path) in message
     assert f'$.tunnels["{RELAY_TUNNEL_ID}"].tunnel_psk' in message
-    assert f'$.tunnels["{RELAY_TUNNEL_ID}"].wrong' in message
-    assert "$.bogus" in message
+    assert "$.manager_node_secret: Value should have at most 4096 items" in message
 
 
 def test_unseal_rejects_a_wrong_key() -> None:

@@ -87,7 +87,8 @@ def test_the_node_id_is_generated_once_and_stays(store: EdgeConfigStore, config_
 
 
 def test_a_missing_node_id_is_generated_and_persisted(store: EdgeConfigStore) -> None:
-    data = full_config_data()
+    store.save(full_config())
+    data = json.loads(store.config_path.read_text())
     del data["node_id"]
     write_json(store.config_path, data)
 
