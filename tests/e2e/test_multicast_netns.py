@@ -1,0 +1,300 @@
+"""Multicast RTP into a real ``mp-edge`` running inside a network namespace.
+
+The test builds its own little network (style.md 4: "multicast runs in a
+network namespace the test creates")::
+
+    host netns                         test netns (mp-edge runs here)
+    ----------                         ------------------------------
+    sender  --IP_MULTICAST_IF-->  veth (host end) <==> veth (ns end)  --> rtp input joined
+    UdpSink <------------------------------------------------------ rtp output (unicast)
+    httpx   ----------------------- REST API on the ns veth address ----
+
+Addresses come from 198.18.0.0/15 (RFC 2544, benchmarking). The edge joins
+239.10.0.1 on the namespace's veth address (``interface_addr``) and forwards to
+a unicast receiver on the host end. A second flow joins 239.10.0.2 on the same
+port, so a datagram to that group does reach the namespace's stack: the test
+then proves it is counted by its own flow only, not by the first one.
+
+Skips only where namespaces are impossible (not root, ``ip netns add`` answers
+EPERM). A missing ``ip`` tool skips locally and fails under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers.edge import EDGE_BIN, free_udp_port, wait_for, write_config
+from tests.helpers.media import UdpSink, rtp_stream
+
+pytestmark = [pytest.mark.netns, pytest.mark.e2e]
+
+GROUP_A = "239.10.0.1"
+GROUP_B = "239.10.0.2"
+MCAST_PORT = 5000
+API_PORT = 18080  # inside the test's own namespace: nothing else can hold it
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _missing_tool(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: a skip here would be a silent pass)")
+    pytest.skip(reason)
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20, check=check)
+
+
+@dataclass
+class Net:
+    """The namespace and the veth pair of one test."""
+
+    name: str
+    host_if: str
+    ns_if: str
+    host_addr: str
+    ns_addr: str
+
+
+@contextmanager
+def netns_pair() -> Iterator[Net]:
+    """A fresh netns with a veth pair into it; always torn down, whatever failed."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root (ip netns add)")
+    if shutil.which("ip") is None:
+        _missing_tool("the 'ip' tool (iproute2) is not installed")
+    token = secrets.token_hex(3)
+    # 198.18.0.0/15 (RFC 2544): a random /30 so parallel runs do not collide.
+    block = secrets.randbelow(2 * 256 * 64)
+    second, third, fourth = 18 + block // (256 * 64), (block // 64) % 256, (block % 64) * 4
+    net = Net(
+        name=f"mp-mcast-{token}",
+        host_if=f"mpmh{token}",  # interface names are at most 15 characters
+        ns_if=f"mpmn{token}",
+        host_addr=f"198.{second}.{third}.{fourth + 1}",
+        ns_addr=f"198.{second}.{third}.{fourth + 2}",
+    )
+    added = _ip("netns", "add", net.name, check=False)
+    if added.returncode != 0:
+        if "Operation not permitted" in added.stderr or "Permission denied" in added.stderr:
+            pytest.skip(f"cannot create a network namespace here: {added.stderr.strip()}")
+        pytest.fail(f"ip netns add failed: {added.stderr.strip()}")
+    try:
+        _ip("link", "add", net.host_if, "type", "veth", "peer", "name", net.ns_if)
+        _ip("link", "set", net.ns_if, "netns", net.name)
+        _ip("addr", "add", f"{net.host_addr}/30", "dev", net.host_if)
+        _ip("link", "set", net.host_if, "up")
+        _ip("-n", net.name, "addr", "add", f"{net.ns_addr}/30", "dev", net.ns_if)
+        _ip("-n", net.name, "link", "set", net.ns_if, "up")
+        _ip("-n", net.name, "link", "set", "lo", "up")
+        yield net
+    finally:
+        _kill_namespace_processes(net.name)
+        _ip("link", "del", net.host_if, check=False)  # takes its peer with it
+        _ip("netns", "del", net.name, check=False)
+
+
+def _kill_namespace_processes(name: str) -> None:
+    # Only processes this test started live in its namespace (the edge and its workers).
+    listed = _ip("netns", "pids", name, check=False)
+    for pid in listed.stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@dataclass
+class NsEdge:
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str) -> Any:
+        r = httpx.get(self.url + path, timeout=5, trust_env=False)
+        assert r.status_code == 200, (path, r.status_code, r.text)
+        return r.json()
+
+    def stop(self) -> int | None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.returncode
+
+
+@contextmanager
+def edge_in_netns(net: Net, config_dir: Path, config: dict[str, Any]) -> Iterator[NsEdge]:
+    """``ip netns exec NS mp-edge ...`` listening on the namespace's veth address."""
+    write_config(config_dir, config)
+    log_path = config_dir.parent / "edge-netns.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                net.name,
+                str(EDGE_BIN),
+                "--config-dir",
+                str(config_dir),
+                "--listen-addr",
+                net.ns_addr,
+                "--listen-port",
+                str(API_PORT),
+                "--workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    edge = NsEdge(process, f"http://{net.ns_addr}:{API_PORT}", log_path)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"mp-edge in {net.name} exited with {process.returncode}:\n{edge.log()}")
+            try:
+                if httpx.get(edge.url + "/health", timeout=1, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"mp-edge in {net.name} did not answer /health in 20 s:\n{edge.log()}")
+            time.sleep(0.05)
+        yield edge
+    finally:
+        edge.stop()
+
+
+def send_multicast(group: str, port: int, datagrams: Iterable[bytes], iface_addr: str, pps: float = 1000.0) -> int:
+    """Paced multicast out of the interface that owns ``iface_addr`` (TTL 1, no loopback)."""
+    sent = 0
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(iface_addr))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+        start = time.monotonic()
+        for datagram in datagrams:
+            sock.sendto(datagram, (group, port))
+            sent += 1
+            ahead = start + sent / pps - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+    return sent
+
+
+def _flow_stats(edge: NsEdge, flow_id: str) -> dict[str, Any]:
+    stats: dict[str, Any] = edge.get(f"/api/v1/stats/{flow_id}")["data"]
+    return stats
+
+
+def _metric(edge: NsEdge, name: str, flow_id: str) -> float:
+    """The value of one ``name{flow_id="..."}`` sample from /metrics."""
+    text = httpx.get(edge.url + "/metrics", timeout=5, trust_env=False).text
+    prefix = f'{name}{{flow_id="{flow_id}"}} '
+    values = [float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix)]
+    assert len(values) == 1, (name, flow_id, text)
+    return values[0]
+
+
+def test_multicast_group_joined_on_interface_is_forwarded_and_counted(tmp_path: Path) -> None:
+    with netns_pair() as net:
+        sink_port = free_udp_port()
+        config = {
+            "version": 1,
+            "server": {"listen_addr": "127.0.0.1", "listen_port": 8080},
+            "flows": [
+                {
+                    "id": "mc-a",
+                    "name": "Multicast A",
+                    "input": {"type": "rtp", "bind_addr": f"{GROUP_A}:{MCAST_PORT}", "interface_addr": net.ns_addr},
+                    "outputs": [
+                        {"type": "rtp", "id": "to-host", "name": "To host", "dest_addr": f"{net.host_addr}:{sink_port}"}
+                    ],
+                },
+                {
+                    "id": "mc-b",
+                    "name": "Multicast B, same port",
+                    "input": {"type": "rtp", "bind_addr": f"{GROUP_B}:{MCAST_PORT}", "interface_addr": net.ns_addr},
+                    "outputs": [],
+                },
+            ],
+        }
+        with UdpSink(sink_port, host=net.host_addr) as sink, edge_in_netns(net, tmp_path / "edge", config) as edge:
+            for flow_id in ("mc-a", "mc-b"):
+                stats = _flow_stats(edge, flow_id)
+                assert stats["state"] == "Running", (flow_id, stats, edge.log())
+                assert stats["input"]["packets_received"] == 0
+
+            # The joins happened on the namespace's veth (interface_addr), not on lo.
+            maddr = _ip("-n", net.name, "maddr", "show", "dev", net.ns_if).stdout
+            assert GROUP_A in maddr and GROUP_B in maddr, maddr
+
+            packets = list(rtp_stream(200))
+            assert send_multicast(GROUP_A, MCAST_PORT, packets, net.host_addr) == len(packets)
+
+            wait_for(lambda: len(sink.datagrams) >= len(packets), timeout=10)
+            a = wait_for(
+                lambda: (s := _flow_stats(edge, "mc-a"))["input"]["packets_received"] >= len(packets) and s,
+                timeout=10,
+            )
+            assert a["input"]["packets_received"] == len(packets)
+            assert a["input"]["bytes_received"] == sum(len(p) for p in packets)
+            assert a["input"]["packets_filtered"] == 0
+            assert a["input"]["packets_lost"] == 0
+            assert a["outputs"][0]["output_id"] == "to-host"
+            assert a["outputs"][0]["packets_sent"] == len(packets)
+            assert sink.datagrams == packets  # unicast, byte for byte, in order
+            assert _flow_stats(edge, "mc-b")["input"]["packets_received"] == 0
+
+            # Same port, the other group: it reaches the namespace (flow B counts it),
+            # but flow A's socket, bound to its group, never sees it.
+            other = list(rtp_stream(20, first_seq=5000, ssrc=0x0BADF00D))
+            assert send_multicast(GROUP_B, MCAST_PORT, other, net.host_addr) == len(other)
+            wait_for(lambda: _flow_stats(edge, "mc-b")["input"]["packets_received"] >= len(other), timeout=10)
+            time.sleep(1.5)  # one more stats interval: a late count for A would show now
+            b = _flow_stats(edge, "mc-b")
+            a = _flow_stats(edge, "mc-a")
+            assert b["input"]["packets_received"] == len(other)
+            assert a["input"]["packets_received"] == len(packets)
+            assert a["input"]["packets_filtered"] == 0
+            assert a["outputs"][0]["packets_sent"] == len(packets)
+            assert len(sink.datagrams) == len(packets)
+
+            assert _metric(edge, "mediaplane_edge_flow_input_packets_total", "mc-a") == len(packets)
+            assert _metric(edge, "mediaplane_edge_flow_input_packets_total", "mc-b") == len(other)
+            assert edge.stop() == 0, edge.log()
+
+
+def test_teardown_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The namespace, the veth pair and every process in it are gone after the block."""
+    with netns_pair() as net:
+        probe = subprocess.Popen(["ip", "netns", "exec", net.name, sys.executable, "-c", "import time; time.sleep(60)"])
+        wait_for(lambda: str(probe.pid) in _ip("netns", "pids", net.name).stdout, timeout=10)
+        name, host_if = net.name, net.host_if
+    assert probe.wait(10) == -signal.SIGKILL
+    assert name not in _ip("netns", "list").stdout
+    assert _ip("link", "show", host_if, check=False).returncode != 0
