@@ -105,7 +105,8 @@ class SrtPoller:
         self._lock = threading.Lock()
         self._waiters: dict[int, list[_Waiter]] = {}
         self._stopping = False
-        self.wakeups = 0  # poller passes that woke at least one task (for tests and bench)
+        self.reports = 0  # srt_epoll_uwait returns with events (a spinning poller shows here)
+        self.wakeups = 0  # of which woke at least one task
         self._thread = threading.Thread(target=self._run, name="srt-poller", daemon=True)
         self._thread.start()
 
@@ -174,6 +175,7 @@ class SrtPoller:
                 n = b.epoll_uwait(self._eid, events, _UWAIT_TIMEOUT_MS)
                 if n == 0:
                     continue
+                self.reports += 1
                 wake: list[_Waiter] = []
                 with self._lock:
                     for i in range(min(n, _UWAIT_BATCH)):

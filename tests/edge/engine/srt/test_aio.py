@@ -199,24 +199,43 @@ async def test_idle_open_sockets_do_not_busy_poll() -> None:
                 nursery.start_soon(server.recv_into, bytearray(1500))
                 await trio.sleep(0.2)
                 poller = current_poller()
-                wakeups, cpu = poller.wakeups, cpu_seconds()
+                reports, cpu = poller.reports, cpu_seconds()
                 await trio.sleep(1.0)
                 idle_cpu = cpu_seconds() - cpu
-                idle_wakeups = poller.wakeups - wakeups
+                idle_reports = poller.reports - reports
                 nursery.cancel_scope.cancel()
             assert caller.state == "connected"
     # Measured ~0.025 s here (libsrt's own threads wake in 10 ms slices); a busy poll
     # costs a whole core (~1 s). The margin absorbs a loaded 2-core machine.
     assert idle_cpu < 0.15, f"{idle_cpu:.3f} s of CPU in 1 s idle"
-    assert idle_wakeups == 0
+    assert idle_reports == 0
+
+
+async def test_a_readable_socket_nobody_reads_does_not_spin_the_poller() -> None:
+    # One shot: once the poller has reported a socket it parks it until a task re-arms
+    # it. Level-triggered without that, a readable socket would be reported on every
+    # srt_epoll_uwait pass, as fast as the poller thread can loop.
+    port = free_udp_port()
+    with trio.fail_after(10):
+        with await srt_listen(listener_leg(port)) as listener:
+            with await srt_connect(caller_leg(port)) as caller, await listener.accept() as server:
+                poller = current_poller()
+                await caller.send(message(1))
+                await server.wait_readable()  # reported once...
+                reports, cpu = poller.reports, cpu_seconds()
+                await trio.sleep(0.5)  # ...then left unread
+                assert poller.reports - reports == 0
+                assert cpu_seconds() - cpu < 0.1
+                assert server.recv_nowait_into(bytearray(1500)) == 1316  # still there
 
 
 async def test_empty_poller_does_not_spin() -> None:
     poller = current_poller()
     assert poller._waiters == {}
-    cpu = cpu_seconds()
+    cpu, reports = cpu_seconds(), poller.reports
     await trio.sleep(0.5)
     assert cpu_seconds() - cpu < 0.1  # a spinning uwait would cost ~0.5 s
+    assert poller.reports == reports
     assert any(t.name == "srt-poller" for t in threading.enumerate())
 
 
