@@ -188,20 +188,27 @@ class StatsAggregator:
             input=input_stats,
             outputs=outputs,
             tr101290=Tr101290Stats(**tr) if tr is not None else None,
-            media_analysis=_media(flow, media) if media is not None else None,
+            media_analysis=_media(flow, media, inp) if media is not None else None,
             iat=IatStats(**iat) if iat is not None else None,
             pdv_jitter_us=analysis.get("pdv_jitter_us"),
         )
 
 
-def _media(flow: FlowConfig, media: dict[str, Any]) -> MediaAnalysis:
+def _media(flow: FlowConfig, media: dict[str, Any], inp: dict[str, Any]) -> MediaAnalysis:
     fec = getattr(flow.input, "fec_decode", None)
     redundancy = getattr(flow.input, "redundancy", None)
+    fec_info = None
+    if fec is not None:
+        fec_info = {"standard": "SMPTE 2022-1", "columns": fec.columns, "rows": fec.rows, **(inp.get("fec") or {})}
+    redundancy_info = None
+    if redundancy is not None:
+        standard = "SMPTE 2022-7" if flow.input.type == "rtp" else "dual-leg"
+        redundancy_info = {"standard": standard, **(inp.get("redundancy") or {})}
     return MediaAnalysis(
         protocol=flow.input.type,
         payload_format="rtp_ts" if flow.input.type == "rtp" else "raw_ts",
-        fec={"standard": "SMPTE 2022-1", "columns": fec.columns, "rows": fec.rows} if fec is not None else None,
-        redundancy={"standard": "SMPTE 2022-7" if flow.input.type == "rtp" else "dual-leg"} if redundancy else None,
+        fec=fec_info,
+        redundancy=redundancy_info,
         **media,
     )
 

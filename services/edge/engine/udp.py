@@ -25,6 +25,7 @@ import trio
 
 from appliance.models.config import RtpOutput, UdpOutput, split_host_port
 from appliance.netio import BatchSender, join_multicast, set_dscp, set_socket_buffers
+from services.edge.core.fec import FecEncoder
 from services.edge.core.rtp import PT_MP2T, build_rtp_header
 
 OUTPUT_QUEUE_PACKETS: Final = 2048  # interop.md 11: each output has its own bounded queue of 2048 packets
@@ -95,6 +96,11 @@ class UdpOutputDriver:
         # RTP made for a raw-TS input (RFC 3550 §5.1; RFC 2250 §2: PT 33, 90 kHz clock).
         self._ssrc = ssrc
         self._sequence = int.from_bytes(os.urandom(2), "big")
+        # SMPTE 2022-1 FEC (interop.md 12): column FEC to dest port + 2, row FEC to + 4.
+        fec = getattr(config, "fec_encode", None)
+        self._fec = FecEncoder(fec.columns, fec.rows) if fec is not None else None
+        self._fec_columns: deque[bytes] = deque()
+        self._fec_rows: deque[bytes] = deque()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -165,6 +171,8 @@ class UdpOutputDriver:
                 self._repack(payload)
         elif self.input_is_rtp:
             self._enqueue(datagram)
+            if self._fec is not None:
+                self._protect(datagram, arrival)
         else:
             packet = bytearray(12 + len(payload))
             build_rtp_header(
@@ -176,7 +184,20 @@ class UdpOutputDriver:
             )
             self._sequence = (self._sequence + 1) & 0xFFFF
             packet[12:] = payload
-            self._enqueue(bytes(packet))
+            made = bytes(packet)
+            self._enqueue(made)
+            if self._fec is not None:
+                self._protect(made, arrival)
+
+    def _protect(self, packet: bytes, now: float) -> None:
+        """Feed the FEC encoder; its column/row packets go out with the next flush (paced by it)."""
+        fec = self._fec
+        assert fec is not None
+        fec.on_media(memoryview(packet), now)
+        while (column := fec.pop_column()) is not None:
+            self._fec_columns.append(column)
+        while (row := fec.pop_row()) is not None:
+            self._fec_rows.append(row)
 
     def _repack(self, payload: memoryview) -> None:
         # interop.md 2.5: the udp output re-packs TS into 7 x 188 = 1316-byte datagrams.
@@ -194,7 +215,11 @@ class UdpOutputDriver:
 
     def flush(self) -> None:
         """Send what is queued without blocking; a backlog waits for writability."""
-        if not self._queue or self._blocked or self._closed:
+        if self._blocked or self._closed:
+            return
+        if self._fec_columns or self._fec_rows:
+            self._send_fec()
+        if not self._queue:
             return
         queue = self._queue
         while queue:
@@ -208,6 +233,22 @@ class UdpOutputDriver:
                 self._blocked = True
                 self._writable.set()
                 return
+
+    def _send_fec(self) -> None:
+        # FEC is best effort: what the kernel does not take now is dropped, never queued
+        # ahead of media. Each leg gets its own FEC (2022-7 legs are independent paths).
+        for queue, port_offset in ((self._fec_columns, 2), (self._fec_rows, 4)):
+            if not queue:
+                continue
+            batch = list(queue)
+            queue.clear()
+            for index, (_, dest, sender) in enumerate(self._legs):
+                try:
+                    sent = sender.send_batch(batch, (dest[0], dest[1] + port_offset))
+                except OSError:
+                    sent = 0
+                if index == 0:
+                    self.fec_packets_sent += sent
 
     def _send(self, batch: list[bytes | memoryview]) -> int:
         """Send ``batch`` to every leg; the count the primary leg took."""
