@@ -4,9 +4,10 @@ Prints media packets per second (median of 5 runs) for the encoder (column + row
 decoder (fed media and both FEC streams) at 10 x 10, with no loss and with 1 % and 5 % random
 media loss, plus 1-D and 20 x 20 rows for scale, next to a baseline that only parses the RTP
 header (``parse_rtp``) and the 2022-7 merger. Datagrams are 1328 bytes (7 TS packets). The clock
-is advanced by hand (the cores never read it); rates are per second of this process's CPU time
-(``time.process_time``), so other load on the machine does not skew them: 1 ms per packet, so reorder windows behave as on
-a 1000 packets/s stream; everything is in memory, no sockets.
+is advanced by hand (the cores never read it): 1 ms per packet, so reorder windows behave as on a
+1000 packets/s stream; everything is in memory, no sockets. Rates are per second of this
+process's CPU time (``time.process_time``), so other load on a shared machine skews them less
+(it still costs cache and frequency: compare rows of one run, not runs).
 """
 
 from __future__ import annotations
