@@ -10,17 +10,21 @@ from __future__ import annotations
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from .media.analyser import MediaAnalyser
 from .timing import IatMeter, JitterMeter
 from .ts.packet import TS_PACKET_SIZE
 from .ts.tr101290 import Tr101290Analyzer
 
-# Below this many TS packets in one call the Python loop is cheaper than building arrays
-# (bench/analysis.py measures the crossover; see docs/analysis.md "Performance").
-NUMPY_MIN_PACKETS: Final = 64
+# Below this many TS packets in one call the Python loop is cheaper than the numpy path's
+# fixed cost per batch. bench/analysis.py on this project's 2-core machine (busy, CPU time):
+# the two tie near 256 datagrams; at the engine's batches (<= 64 datagrams) Python is 1.5-8x
+# faster, so the engine always takes the Python path. See docs/analysis.md "Performance".
+NUMPY_MIN_PACKETS = 1792
 IAT_WINDOW_S: Final = 1.0
 BITRATE_SAMPLE_S: Final = 0.25
+TIMER_PERIOD_S: Final = 0.005
 
 
 class FlowAnalysis:
@@ -44,6 +48,7 @@ class FlowAnalysis:
         self._has_rtp = False
         self._index = 0  # flow-wide TS packet number of the next packet
         self._next_sample = 0.0
+        self._next_timers = 0.0
         self._last_arrival: float | None = None
         self.datagrams = 0
         self.internal_errors = 0
@@ -85,44 +90,64 @@ class FlowAnalysis:
             if not payloads:
                 return
             self.datagrams += len(payloads)
-            self._iat.on_arrivals(arrivals)
-            jitter = self._rtp_jitter
-            for arrival, ts in zip(arrivals, rtp_timestamps, strict=False):
-                if ts is not None:
-                    self._has_rtp = True
-                    jitter.on_sample(arrival, ts)
-            counts = [len(p) // TS_PACKET_SIZE for p in payloads]
-            total = sum(counts)
+            lens = list(map(len, payloads))
+            first_len = lens[0]
+            uniform = first_len % TS_PACKET_SIZE == 0 and min(lens) == max(lens)
+            total = (first_len // TS_PACKET_SIZE) * len(lens) if uniform else sum(lens) // TS_PACKET_SIZE
             if total < NUMPY_MIN_PACKETS:
+                self._iat.on_arrival_batch(arrivals)
+                self._rtp_samples(arrivals, rtp_timestamps, None)
                 tr = self._tr
-                for payload, n, arrival in zip(payloads, counts, arrivals, strict=False):
-                    if len(payload) != n * TS_PACKET_SIZE:
+                for payload, length, arrival in zip(payloads, lens, arrivals, strict=False):
+                    n, rest = divmod(length, TS_PACKET_SIZE)
+                    if rest:
                         tr.truncated_packets += 1
                     if n:
                         tr.feed_packets(payload, n, arrival, self._index)
                         self._index += n
             else:
-                whole = True
-                for payload, n in zip(payloads, counts, strict=False):
-                    if len(payload) != n * TS_PACKET_SIZE:
-                        self._tr.truncated_packets += 1
-                        whole = False
-                if whole:
+                times_dg = np.asarray(arrivals, dtype=np.float64)
+                self._iat.on_arrival_batch(arrivals)
+                self._rtp_samples(arrivals, rtp_timestamps, times_dg)
+                if uniform:
                     joined = b"".join(payloads)
+                    per = first_len // TS_PACKET_SIZE
+                    times = np.repeat(times_dg, per)
                 else:
+                    counts = [length // TS_PACKET_SIZE for length in lens]
+                    self._tr.truncated_packets += sum(1 for length in lens if length % TS_PACKET_SIZE)
                     joined = b"".join(p[: n * TS_PACKET_SIZE] for p, n in zip(payloads, counts, strict=False))
-                packets = np.frombuffer(joined, dtype=np.uint8).reshape(total, TS_PACKET_SIZE)
-                times = np.repeat(np.asarray(arrivals, dtype=np.float64), counts)
-                self._tr.feed_array(packets, times, self._index)
-                self._index += total
+                    total = sum(counts)
+                    times = np.repeat(times_dg, counts)
+                if total:
+                    packets = np.frombuffer(joined, dtype=np.uint8).reshape(total, TS_PACKET_SIZE)
+                    self._tr.feed_array(packets, times, self._index)
+                    self._index += total
             self._after(arrivals[-1])
         except Exception as exc:
             self._internal(exc)
 
+    def _rtp_samples(
+        self, arrivals: list[float], stamps: list[int | None], times: npt.NDArray[np.float64] | None
+    ) -> None:
+        if stamps[0] is None and stamps[-1] is None:
+            return  # raw UDP (the engine sends all or none)
+        self._has_rtp = True
+        if times is not None and None not in stamps:
+            self._rtp_jitter.on_sample_array(times, np.asarray(stamps, dtype=np.int64))
+            return
+        for arrival, ts in zip(arrivals, stamps, strict=False):
+            if ts is not None:
+                self._rtp_jitter.on_sample(arrival, ts)
+
     def _after(self, now: float) -> None:
         self._last_arrival = now
         tr = self._tr
-        tr.check_timers(now)
+        if now >= self._next_timers:
+            # Interval checks every TIMER_PERIOD_S of arrival time, not per datagram: a late
+            # table or PID is then counted at most that much later (one error per gap either way).
+            self._next_timers = now + TIMER_PERIOD_S
+            tr.check_timers(now)
         if tr.pcr_samples:
             if not self._has_rtp:
                 if tr.pcr_resets != self._pcr_resets_seen:

@@ -10,7 +10,11 @@ clock as the send time.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Final
+
+import numpy as np
+import numpy.typing as npt
 
 _BUCKET_S: Final = 0.1
 
@@ -58,6 +62,36 @@ class IatMeter:
     def on_arrivals(self, arrivals: list[float]) -> None:
         for arrival in arrivals:
             self.on_arrival(arrival)
+
+    def on_arrival_batch(self, arrivals: list[float]) -> None:
+        """A batch of arrivals at once; its gaps go to the bucket of its last arrival.
+
+        Cheaper than ``on_arrival`` per datagram (min/max/sum run in C); the same figures
+        whenever a batch does not straddle a 100 ms bucket boundary.
+        """
+        if not arrivals:
+            return
+        last = self._last
+        self._last = arrivals[-1]
+        gaps = [b - a for a, b in pairwise(arrivals if last is None else [last, *arrivals])]
+        if not gaps:
+            return
+        lo = max(0.0, min(gaps))
+        hi = max(0.0, max(gaps))
+        total = sum(g for g in gaps if g > 0.0)
+        bucket = int(arrivals[-1] / _BUCKET_S)
+        slot = bucket % self._n
+        if self._buckets[slot] != bucket:
+            self._buckets[slot] = bucket
+            self._min[slot] = lo
+            self._max[slot] = hi
+            self._sum[slot] = total
+            self._count[slot] = len(gaps)
+            return
+        self._min[slot] = min(self._min[slot], lo)
+        self._max[slot] = max(self._max[slot], hi)
+        self._sum[slot] += total
+        self._count[slot] += len(gaps)
 
     def stats(self, now: float) -> tuple[float, float, float] | None:
         """(min, max, mean) gap in seconds over the window ending at ``now``; None when empty."""
@@ -124,6 +158,40 @@ class JitterMeter:
         d = (arrival - prev_arrival) - dt_sender
         self._jitter += (abs(d) - self._jitter) / 16.0
         self._samples += 1
+
+    def on_sample_array(self, arrivals: npt.NDArray[np.float64], sender_ticks: npt.NDArray[np.int64]) -> None:
+        """A batch of samples; the same result as ``on_sample`` on each, in closed form.
+
+        The filter J <- J + (|D| - J)/16 over k values is J_k = a^k J_0 + sum (1/16) a^(k-i) |D_i|
+        with a = 15/16.
+        """
+        if arrivals.size == 0:
+            return
+        last = self._last_sender
+        if last is None:
+            prev_t = arrivals[:-1]
+            prev_s = sender_ticks[:-1]
+            cur_t = arrivals[1:]
+            cur_s = sender_ticks[1:]
+        else:
+            prev_t = np.concatenate(([self._last_arrival], arrivals[:-1]))
+            prev_s = np.concatenate(([last], sender_ticks[:-1]))
+            cur_t = arrivals
+            cur_s = sender_ticks
+        self._last_sender = int(sender_ticks[-1])
+        self._last_arrival = float(arrivals[-1])
+        if cur_t.size == 0:
+            return
+        half = self._wrap >> 1
+        dt_sender = (((cur_s - prev_s + half) % self._wrap) - half) / self._hz
+        ok = np.abs(dt_sender) <= self.MAX_STEP_S
+        d = np.abs((cur_t - prev_t)[ok] - dt_sender[ok])
+        k = d.size
+        if not k:
+            return
+        decay = (15.0 / 16.0) ** np.arange(k - 1, -1, -1, dtype=np.float64)
+        self._jitter = (15.0 / 16.0) ** k * self._jitter + float(np.dot(decay, d)) / 16.0
+        self._samples += k
 
     @property
     def jitter_s(self) -> float | None:

@@ -64,6 +64,13 @@ _PCR_ACCURACY_MIN_SPAN: Final = 50
 
 STREAM_TYPE_JPEG_XS: Final = 0x32
 
+# Fast-path patterns for whole datagrams (feed_packets): up to _RUN_MAX packets.
+_RUN_MAX: Final = 16
+_SYNC_RUN: Final = bytes([SYNC_BYTE]) * _RUN_MAX
+_UNIFORM: Final = [bytes([b]) * _RUN_MAX for b in range(256)]
+# Fourth header byte of consecutive payload-only, unscrambled packets: 0x1c, 0x1d, ...
+_CC_RUN: Final = bytes(0x10 | (k & 0x0F) for k in range(16 + _RUN_MAX))
+
 # Per-PID roles, a bit set in an 8192-entry table (style §7: lists, not dicts, per PID).
 K_PSI: Final = 1  # PAT, CAT, NIT, SDT and PMT PIDs: reassemble sections
 K_PES: Final = 2  # elementary streams of a PMT: PES starts carry the PTS
@@ -229,6 +236,37 @@ class Tr101290Analyzer:
         seen_at = self._seen_at
         overlay = self._cc_overlay
         cc_state = self._cc_state
+        if 1 < count <= _RUN_MAX and self._in_sync and not self._bad_run:
+            # Fast path: a datagram of one PID whose packets carry payload only, in counter
+            # order, continuing the PID's last counter. Most datagrams of a video flow are this;
+            # four C-level byte slices then stand for the per-packet loop below (same counters).
+            raw = bytes(buf[: count * TS_PACKET_SIZE])
+            h1 = raw[1]
+            h2 = raw[2]
+            c0 = raw[3] & 0x0F
+            pid = ((h1 & 0x1F) << 8) | h2
+            if (
+                not h1 & 0xC0  # no TEI, no PUSI
+                and raw[0::TS_PACKET_SIZE] == _SYNC_RUN[:count]
+                and raw[1::TS_PACKET_SIZE] == _UNIFORM[h1][:count]
+                and raw[2::TS_PACKET_SIZE] == _UNIFORM[h2][:count]
+                and not kinds[pid] & (K_PSI | K_COLLECT)
+            ):
+                if pid == NULL_PID:
+                    counts[pid] += count
+                    self.ts_packets_analyzed += count
+                    return
+                prev = overlay.get(pid)
+                if prev is None:
+                    prev = int(cc_state[pid])
+                if (prev < 0 or c0 == ((prev & 0x0F) + 1) & 0x0F) and raw[3::TS_PACKET_SIZE] == _CC_RUN[
+                    c0 : c0 + count
+                ]:
+                    counts[pid] += count
+                    seen_at[pid] = arrival
+                    overlay[pid] = (c0 + count - 1) & 0x0F
+                    self.ts_packets_analyzed += count
+                    return
         self.ts_packets_analyzed += count
         off = 0
         for i in range(count):
@@ -303,7 +341,8 @@ class Tr101290Analyzer:
 
     # ------------------------------------------------------------------ numpy path
     def feed_array(self, packets: npt.NDArray[np.uint8], arrivals: npt.NDArray[np.float64], index: int) -> None:
-        """Analyse a batch: ``packets`` is ``(n, 188)`` uint8, ``arrivals`` the n arrival times.
+        """Analyse a batch: ``packets`` is a C-contiguous ``(n, 188)`` uint8 array, ``arrivals``
+        the n arrival times.
 
         ``index`` is the flow-wide number of the first packet. Same counters as
         ``feed_packets`` over the same packets.
@@ -313,9 +352,13 @@ class Tr101290Analyzer:
             return
         self._fold_overlay()
         self.ts_packets_analyzed += n
-        sync_ok = packets[:, 0] == SYNC_BYTE
-        n_good = int(np.count_nonzero(sync_ok))
-        if n_good != n:
+        # 188 = 47 x 4: the packets are rows of 47 big-endian words; word 0 is the header,
+        # word 1 starts the adaptation field (length, flags).
+        words = packets.view(">u4")
+        head = words[:, 0].astype(np.uint32)
+        sync_ok = (head >> 24) == SYNC_BYTE
+        rows_idx: npt.NDArray[np.intp] | None = None
+        if int(np.count_nonzero(sync_ok)) != n:
             for i, ok in enumerate(sync_ok.tolist()):
                 if ok:
                     if self._bad_run or not self._in_sync:
@@ -323,7 +366,11 @@ class Tr101290Analyzer:
                 else:
                     self._bad_sync(float(arrivals[i]))
             rows_idx = np.flatnonzero(sync_ok)
+            if rows_idx.size == 0:
+                return
             rows = packets[rows_idx]
+            head = head[rows_idx]
+            af_word = words[rows_idx, 1].astype(np.uint32)
             times = arrivals[rows_idx]
         else:
             if self._bad_run or not self._in_sync:
@@ -333,104 +380,115 @@ class Tr101290Analyzer:
                         self._in_sync = True
                         self._good_run = 0
                 self._bad_run = 0
-            rows_idx = None
             rows = packets
+            af_word = words[:, 1].astype(np.uint32)
             times = arrivals
-        if rows.shape[0] == 0:
-            return
-        b1 = rows[:, 1]
-        b3 = rows[:, 3]
-        pid = ((b1 & 0x1F).astype(np.int32) << 8) | rows[:, 2]
-        tei = (b1 & 0x80) != 0
-        n_tei = int(np.count_nonzero(tei))
-        if n_tei:
+        m = head.size
+        pid = np.bitwise_and(np.right_shift(head, np.uint32(8)), np.uint32(0x1FFF))
+        n_tei = int(np.count_nonzero(head & 0x800000))
+        if n_tei:  # §5.2.2 2.1 Transport_error
             self.tei_errors += n_tei
-            self.last_p2_error = max(self.last_p2_error, float(times[np.flatnonzero(tei)[-1]]))
-        self._counts_np += np.bincount(pid, minlength=PID_COUNT)
-        has_af = (b3 & 0x20) != 0
-        af_flags = np.where(has_af & (rows[:, 4] > 0), rows[:, 5], 0)
-        disc = (af_flags & 0x80) != 0
-        not_null = pid != NULL_PID
-        # Continuity, grouped by PID in stream order.
-        m_idx = np.flatnonzero(not_null)
-        dup_rows = np.zeros(rows.shape[0], dtype=bool)
-        cc_err_rows = np.zeros(rows.shape[0], dtype=bool)
-        if m_idx.size:
-            p = pid[m_idx]
-            order = np.argsort(p, kind="stable")
-            oi = m_idx[order]
-            sp = p[order]
-            scc = (b3[oi] & 0x0F).astype(np.int16)
-            spay = ((b3[oi] >> 4) & 1).astype(np.int16)
-            sdisc = disc[oi]
-            first = np.empty(sp.size, dtype=bool)
-            first[0] = True
-            np.not_equal(sp[1:], sp[:-1], out=first[1:])
-            last = np.empty(sp.size, dtype=bool)
-            last[-1] = True
-            last[:-1] = first[1:]
-            prev_state = np.empty(sp.size, dtype=np.int16)
-            prev_state[1:] = scc[:-1]
-            first_idx = np.flatnonzero(first)
-            prev_state[first_idx] = self._cc_state[sp[first_idx]]
-            prev_cc = prev_state & 0x0F
-            seen = prev_state >= 0
-            is_dup = seen & (spay == 1) & (scc == prev_cc)
-            # The duplicate flag of the predecessor: within the batch from is_dup, at a group
-            # start from the stored state.
-            prev_dup = np.empty(sp.size, dtype=bool)
+            self.last_p2_error = max(self.last_p2_error, float(times[np.flatnonzero(head & 0x800000)[-1]]))
+        # The adaptation field's flags byte, 0 when there is no (or an empty) field.
+        af_flags = np.where((head & 0x20 != 0) & (af_word >= 0x01000000), (af_word >> 16) & 0xFF, 0)
+        any_af = bool(af_flags.any())
+        # Continuity (§5.2.1 1.4), grouped by PID in stream order: a stable sort keeps each
+        # PID's packets in arrival order, and each packet is compared with its predecessor.
+        order = np.argsort(pid, kind="stable")
+        sp = pid[order]
+        first = np.empty(m, dtype=bool)
+        first[0] = True
+        np.not_equal(sp[1:], sp[:-1], out=first[1:])
+        first_idx = np.flatnonzero(first)
+        group_pids = sp[first_idx]
+        sizes = np.diff(np.append(first_idx, m))
+        self._counts_np[group_pids] += sizes
+        last_idx = np.append(first_idx[1:], m) - 1
+        shead = head[order]
+        scc = (shead & 0x0F).astype(np.int16)
+        spay = ((shead >> 4) & 1).astype(np.int16)
+        prev_state = np.empty(m, dtype=np.int16)
+        prev_state[1:] = scc[:-1]
+        prev_state[first_idx] = self._cc_state[group_pids]
+        prev_cc = prev_state & 0x0F
+        # Null packets are never checked (ISO/IEC 13818-1 §2.4.3.3), nor a PID's first packet.
+        checked = (prev_state >= 0) & (sp != NULL_PID)
+        same = scc == prev_cc
+        is_dup = checked & (spay == 1) & same
+        jump = scc != ((prev_cc + spay) & 0x0F)
+        suspect = checked & (jump | is_dup)
+        dup_rows: npt.NDArray[np.bool_] | None = None
+        cc_err_rows: npt.NDArray[np.bool_] | None = None
+        state_dup = np.zeros(first_idx.size, dtype=np.int16)
+        if suspect.any():
+            prev_dup = np.empty(m, dtype=bool)
             prev_dup[1:] = is_dup[:-1]
             prev_dup[first_idx] = (prev_state[first_idx] & 0x10) != 0
-            prev_dup &= seen
-            jump = scc != ((prev_cc + spay) & 0x0F)
-            err = seen & ~sdisc & np.where(is_dup, prev_dup, jump)
+            if any_af:
+                sdisc = (af_flags[order] & 0x80) != 0
+                suspect &= ~sdisc
+            err = suspect & np.where(is_dup, prev_dup, jump)
             n_err = int(np.count_nonzero(err))
             if n_err:
                 self.cc_errors += n_err
-                self.last_p1_error = max(self.last_p1_error, float(times[oi[err]].max()))
-                cc_err_rows[oi[err]] = True
-            last_idx = np.flatnonzero(last)
-            lp = sp[last_idx]
-            self._cc_state[lp] = scc[last_idx] | np.where(is_dup[last_idx], 0x10, 0).astype(np.int16)
-            self._seen_at_np[lp] = times[oi[last_idx]]
-            dup_rows[oi[is_dup]] = True
+                err_rows = order[err]
+                self.last_p1_error = max(self.last_p1_error, float(times[err_rows].max()))
+                cc_err_rows = np.zeros(m, dtype=bool)
+                cc_err_rows[err_rows] = True
+            if is_dup.any():
+                dup_rows = np.zeros(m, dtype=bool)
+                dup_rows[order[is_dup]] = True
+                state_dup = np.where(is_dup[last_idx], 0x10, 0).astype(np.int16)
+        self._cc_state[group_pids] = np.where(group_pids == NULL_PID, -1, scc[last_idx] | state_dup)
+        self._seen_at_np[group_pids] = times[order[last_idx]]
         # Rare packets, handled in Python in stream order.
         gen = self._generation
-        special = self._special_mask(rows, pid, b1, b3, af_flags, dup_rows)
+        special = self._special_mask(pid, head, af_flags, dup_rows, any_af)
         cand = np.flatnonzero(special)
         pos = 0
         while pos < cand.size:
             r = int(cand[pos])
             pos += 1
-            row = rows[r].tobytes()
-            p_ = int(pid[r])
             idx = index + (int(rows_idx[r]) if rows_idx is not None else r)
-            self._special(row, 0, p_, float(times[r]), idx, bool(cc_err_rows[r]), bool(disc[r]))
+            self._special(
+                rows[r].tobytes(),
+                0,
+                int(pid[r]),
+                float(times[r]),
+                idx,
+                cc_err_rows is not None and bool(cc_err_rows[r]),
+                bool(af_flags[r] & 0x80),
+            )
             if self._generation != gen:
                 # A PMT or the media analyser changed the roles of PIDs mid-batch: re-mask the
                 # rest of the batch so that both paths see the same packets.
                 gen = self._generation
                 rest = self._special_mask(
-                    rows[r + 1 :], pid[r + 1 :], b1[r + 1 :], b3[r + 1 :], af_flags[r + 1 :], dup_rows[r + 1 :]
+                    pid[r + 1 :],
+                    head[r + 1 :],
+                    af_flags[r + 1 :],
+                    None if dup_rows is None else dup_rows[r + 1 :],
+                    any_af,
                 )
                 cand = np.flatnonzero(rest) + (r + 1)
                 pos = 0
 
     def _special_mask(
         self,
-        rows: npt.NDArray[np.uint8],
-        pid: npt.NDArray[np.int32],
-        b1: npt.NDArray[np.uint8],
-        b3: npt.NDArray[np.uint8],
-        af_flags: npt.NDArray[np.uint8],
-        dup_rows: npt.NDArray[np.bool_],
+        pid: npt.NDArray[np.uint32],
+        head: npt.NDArray[np.uint32],
+        af_flags: npt.NDArray[np.uint32],
+        dup_rows: npt.NDArray[np.bool_] | None,
+        any_af: bool,
     ) -> npt.NDArray[np.bool_]:
         k = self._kinds_np[pid]
-        mask: npt.NDArray[np.bool_] = ((k & (K_PSI | K_COLLECT)) != 0) | (((k & K_PES) != 0) & ((b1 & 0x40) != 0))
-        mask |= (af_flags & 0x90) != 0
+        mask: npt.NDArray[np.bool_] = (k & (K_PSI | K_COLLECT) != 0) | ((k & K_PES != 0) & (head & 0x400000 != 0))
+        if any_af:
+            mask |= af_flags & 0x90 != 0
         if not self._cat_seen:
-            mask |= (b3 & 0xC0) != 0
-        mask &= ~dup_rows
+            mask |= (head & 0xC0 != 0) & (pid != NULL_PID)
+        if dup_rows is not None:
+            mask &= ~dup_rows
         return mask
 
     def _fold_overlay(self) -> None:
@@ -692,7 +750,7 @@ class Tr101290Analyzer:
 
     def pid_packet_counts(self) -> npt.NDArray[np.int64]:
         """Packets seen per PID (cumulative), as a fresh array."""
-        return self._counts_np + np.asarray(self._counts_py, dtype=np.int64)
+        return self._counts_np + np.array(self._counts_py, dtype=np.int64)
 
     def jpeg_xs_pid(self) -> int | None:
         for prog in sorted(self._pmts):
