@@ -316,3 +316,23 @@ def test_each_deferred_packet_waits_its_own_window() -> None:
     assert (dec.counters.recovered, dec.counters.duplicates) == (0, 0)
     dec.handle_timer(1.0)
     assert list(iter(dec.pop_output, None)) == packets
+
+
+@pytest.mark.parametrize("start_col", [0, 3, 9])
+def test_two_d_repairs_any_burst_of_l_plus_one(start_col: int) -> None:
+    columns, rows = 10, 5
+    packets = stream(300, 4 * columns * rows)
+    first = columns * rows + 2 * columns + start_col
+    out, dec = run_pair(packets, columns, rows, drop_media=range(first, first + columns + 1))
+    assert out == packets
+    assert dec.counters.recovered == columns + 1
+
+
+def test_two_d_cannot_repair_a_burst_of_two_full_rows() -> None:
+    columns, rows = 5, 5
+    packets = stream(0, 4 * columns * rows)
+    first = columns * rows + columns
+    drops = set(range(first, first + 2 * columns))
+    out, dec = run_pair(packets, columns, rows, drop_media=drops)
+    assert dec.counters.recovered == 0 and dec.counters.unrecoverable == 2 * columns
+    assert out == [p for i, p in enumerate(packets) if i not in drops]
