@@ -17,7 +17,7 @@ from typing import Any, Final
 import trio
 
 from appliance import errors
-from appliance.config.store import EdgeConfigStore, merge_kept_secrets, public_config
+from appliance.config.store import EdgeConfigStore, ensure_jwt_secret, merge_kept_secrets, public_config
 from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig
 from appliance.models.stats import FlowState, StatsSnapshot
 from services.edge.engine.supervisor import Engine, EngineError
@@ -291,7 +291,7 @@ class EdgeService:
         async with self._lock:
             for flow in new_config.flows:
                 check_supported(flow)
-            merged = merge_kept_secrets(new_config, self.config)
+            merged = ensure_jwt_secret(merge_kept_secrets(new_config, self.config))  # interop.md 2.1
             if merged.node_id is None:
                 merged = merged.model_copy(update={"node_id": self.config.node_id})
             return await self._apply(merged, persist=True)
@@ -299,10 +299,11 @@ class EdgeService:
     async def reload_config(self) -> dict[str, Any]:
         """POST /api/v1/config/reload: re-read both files and apply them."""
         async with self._lock:
-            loaded = await trio.to_thread.run_sync(self.store.read)
+            loaded = ensure_jwt_secret(await trio.to_thread.run_sync(self.store.read))
+            persist = loaded.server.auth is not None and self.config.server.auth != loaded.server.auth
             for flow in loaded.flows:
                 check_supported(flow)
-            return await self._apply(loaded, persist=False)
+            return await self._apply(loaded, persist=persist)
 
     async def _apply(self, config: AppConfig, *, persist: bool) -> dict[str, Any]:
         if persist:

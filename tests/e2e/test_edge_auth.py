@@ -194,3 +194,31 @@ def test_token_route_is_400_when_auth_is_off(tmp_path: Path) -> None:
         r = token_request(edge, json={"grant_type": "client_credentials", "client_id": "x", "client_secret": "y" * 16})
         assert r.status_code == 400 and "not enabled" in r.json()["error"]
         assert httpx.get(edge.url + "/api/v1/flows", timeout=10).status_code == 200  # every route open
+
+
+def test_auth_turned_on_through_put_works_at_once(tmp_path: Path) -> None:
+    with running_edge(tmp_path) as edge:
+        with edge.client() as api:
+            config = api.get("/api/v1/config").json()["data"]
+            auth = auth_section()
+            del auth["jwt_secret"]  # the edge generates one (interop.md 2.1)
+            config["server"]["auth"] = auth
+            assert api.put("/api/v1/config", json=config).status_code == 200
+        assert httpx.get(edge.url + "/api/v1/flows", timeout=10).status_code == 401
+        with edge.client("admin") as admin:
+            assert admin.get("/api/v1/flows").status_code == 200
+
+
+def test_an_echoed_config_with_a_relay_tunnel_keeps_its_key(tmp_path: Path) -> None:
+    tunnel = {
+        "id": "6f1c2b3a-4d5e-4f60-8a7b-9c0d1e2f3a4b", "name": "t", "protocol": "udp", "mode": "relay",
+        "direction": "egress", "local_addr": "127.0.0.1:7000", "relay_addr": "relay.example:4433",
+        "tunnel_encryption_key": "ab" * 32,
+    }
+    config = {"version": 1, "server": {"listen_addr": "127.0.0.1", "listen_port": 8080}, "tunnels": [tunnel]}
+    with running_edge(tmp_path, config=config) as edge, edge.client() as api:
+        echoed = api.get("/api/v1/config").json()["data"]
+        assert "tunnel_encryption_key" not in echoed["tunnels"][0]
+        r = api.put("/api/v1/config", json=echoed)
+        assert r.status_code == 200, r.text
+    assert "ab" * 32 not in (edge.config_dir / "config.json").read_text()
