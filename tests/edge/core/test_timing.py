@@ -56,3 +56,29 @@ def test_pcr_jitter_measures_arrival_variation() -> None:
     j = meter.jitter_s
     assert j is not None
     assert 0.0004 < j < 0.0011  # |D| alternates 0.5 ms: the filter settles near 1 ms
+
+
+def test_iat_batch_equals_per_arrival_within_a_bucket() -> None:
+    arrivals = [0.200 + 0.001 * i + (0.0004 if i % 3 else 0.0) for i in range(60)]
+    one, batch = IatMeter(), IatMeter()
+    for t in arrivals:
+        one.on_arrival(t)
+    batch.on_arrival_batch(arrivals[:1])
+    batch.on_arrival_batch(arrivals[1:])
+    a, b = one.stats(0.29), batch.stats(0.29)
+    assert a is not None and b is not None
+    assert a == pytest.approx(b)
+
+
+def test_jitter_array_equals_the_sequential_filter() -> None:
+    import numpy as np
+
+    arrivals = [0.001 * i + (0.0003 * ((i * 7) % 5)) for i in range(200)]
+    stamps = [(0xFFFFFF00 + 90 * i) & 0xFFFFFFFF for i in range(200)]
+    seq, arr = JitterMeter.for_rtp(), JitterMeter.for_rtp()
+    for t, s in zip(arrivals, stamps, strict=True):
+        seq.on_sample(t, s)
+    for i in range(0, 200, 64):
+        arr.on_sample_array(np.asarray(arrivals[i : i + 64]), np.asarray(stamps[i : i + 64], dtype=np.int64))
+    assert seq.jitter_s is not None and seq.jitter_s > 0
+    assert arr.jitter_s == pytest.approx(seq.jitter_s, rel=1e-9)

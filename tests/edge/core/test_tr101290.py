@@ -5,7 +5,7 @@ from __future__ import annotations
 from services.edge.core.analysis import FlowAnalysis
 
 from .conftest import Feeder
-from .tsbuild import Mux, chunk, es_packet, pat_section, psi_packet, section, ts_packet
+from .tsbuild import Mux, chunk, es_packet, pat_section, pmt_section, psi_packet, section, ts_packet
 
 PKT_S = 0.001  # one datagram per millisecond in these tests
 
@@ -129,3 +129,182 @@ def test_truncated_datagram_is_counted(analysis_feed: Feeder) -> None:
     tr = fa.snapshot(1.0)["tr101290"]
     assert tr["truncated_packets"] == 1  # type: ignore[index]
     assert tr["ts_packets_analyzed"] == len(pkts) - 1  # type: ignore[index]
+
+
+# ---------------------------------------------------------------- timed indicators
+# A table-driven mux clock: one 7-packet datagram every 10 ms, PAT/PMT every 100 ms.
+
+
+def timed_stream(
+    seconds: float,
+    *,
+    pat: bool | None = True,
+    pat_gap: tuple[float, float] | None = None,
+    pcr_every: float = 0.04,
+    pcr_gap: tuple[float, float] | None = None,
+    pts_gap: tuple[float, float] | None = None,
+    audio_gap: tuple[float, float] | None = None,
+    pcr_jitter_ticks: dict[int, int] | None = None,
+) -> tuple[list[bytes], list[float]]:
+    """Datagrams of 7 packets every 10 ms; PCR ticks follow the packet index exactly (CBR)."""
+    mux = Mux()
+    datagrams: list[bytes] = []
+    times: list[float] = []
+    ticks_per_packet = 27_000_000 * 0.010 / 7
+    n_pcr = 0
+    next_pcr = next_psi = next_pts = 0.0
+    index = 0
+
+    def inside(gap: tuple[float, float] | None, t: float) -> bool:
+        return gap is not None and gap[0] <= t < gap[1]
+
+    for k in range(int(seconds / 0.010)):
+        t = k * 0.010
+        pkts: list[bytes] = []
+        if t >= next_psi:
+            next_psi += 0.1
+            if pat and not inside(pat_gap, t):
+                pkts.append(mux.pat())
+            pkts.append(mux.pmt())
+        if t >= next_pcr:
+            next_pcr += pcr_every
+            if not inside(pcr_gap, t):
+                pcr = round((index + len(pkts)) * ticks_per_packet)
+                pcr += (pcr_jitter_ticks or {}).get(n_pcr, 0)
+                pkts.append(mux.video(pcr=pcr))
+                n_pcr += 1
+        if t >= next_pts:
+            next_pts += 0.04
+            if not inside(pts_gap, t):
+                pkts.append(mux.video(pts=round(t * 90_000)))
+        if not inside(audio_gap, t):
+            pkts.append(mux.audio())
+        while len(pkts) < 7:
+            pkts.append(mux.video())
+        index += 7
+        datagrams.append(b"".join(pkts))
+        times.append(t)
+    return datagrams, times
+
+
+def run_timed(analysis_feed: Feeder, datagrams: list[bytes], times: list[float], **kw: object) -> dict[str, object]:
+    fa = FlowAnalysis(media_analysis=False, **kw)  # type: ignore[arg-type]
+    analysis_feed(fa, datagrams, times)
+    tr = fa.snapshot(times[-1])["tr101290"]
+    assert isinstance(tr, dict)
+    return tr
+
+
+def test_clean_timed_stream_has_no_errors(analysis_feed: Feeder) -> None:
+    tr = run_timed(analysis_feed, *timed_stream(3.0))
+    assert errors(tr) == {}
+
+
+def test_pat_missing_from_the_start_and_withheld(analysis_feed: Feeder) -> None:
+    tr = run_timed(analysis_feed, *timed_stream(2.0, pat=False))
+    assert tr["pat_errors"] == 1  # one gap, however long (docs/analysis.md)
+    tr = run_timed(analysis_feed, *timed_stream(3.0, pat_gap=(1.0, 1.3)))
+    assert tr["pat_errors"] == 0  # 0.4 s between the PATs at 0.9 and 1.3
+    tr = run_timed(analysis_feed, *timed_stream(3.0, pat_gap=(1.0, 1.65)))
+    assert tr["pat_errors"] == 1
+
+
+def test_pcr_repetition_and_accuracy(analysis_feed: Feeder) -> None:
+    tr = run_timed(analysis_feed, *timed_stream(2.0, pcr_every=0.11))
+    assert tr["pcr_repetition_errors"] > 0
+    tr = run_timed(analysis_feed, *timed_stream(3.0, pcr_gap=(1.0, 1.2)))
+    assert tr["pcr_repetition_errors"] == 1
+    assert tr["pcr_discontinuity_errors"] == 1  # the PCR value also moved 200 ms
+    # 500 ns is 13.5 ticks: 13 ticks off is within, 15 is not.
+    tr = run_timed(analysis_feed, *timed_stream(3.0, pcr_jitter_ticks={30: 13, 50: 15, 60: -15}))
+    assert tr["pcr_accuracy_errors"] == 2
+    assert errors(tr) == {"pcr_accuracy_errors": 2}
+
+
+def test_pts_error_after_700ms(analysis_feed: Feeder) -> None:
+    assert run_timed(analysis_feed, *timed_stream(3.0, pts_gap=(1.0, 1.6)))["pts_errors"] == 0
+    assert run_timed(analysis_feed, *timed_stream(3.0, pts_gap=(1.0, 1.8)))["pts_errors"] == 1
+
+
+def test_pid_error_with_a_configurable_timeout(analysis_feed: Feeder) -> None:
+    datagrams, times = timed_stream(4.0, audio_gap=(1.0, 2.6))
+    assert run_timed(analysis_feed, datagrams, times)["pid_errors"] == 0  # default 5 s
+    tr = run_timed(analysis_feed, datagrams, times, pid_timeout_s=1.0)
+    assert tr["pid_errors"] == 1
+    assert tr["priority1_ok"] is False
+
+
+def test_pmt_interval_and_scrambled_pmt(analysis_feed: Feeder) -> None:
+    mux = Mux()
+    pkts = [mux.pat(), mux.pmt()]
+    scrambled = mux.pmt()
+    pkts.append(scrambled[:3] + bytes([scrambled[3] | 0x40]) + scrambled[4:])
+    tr = run(analysis_feed, pkts + [mux.video() for _ in range(5)])
+    assert tr["pmt_errors"] == 1
+    assert tr["cat_errors"] == 1  # a scrambled packet and no CAT yet (§5.2.2 2.6)
+
+
+def test_cat_errors(analysis_feed: Feeder) -> None:
+    mux = Mux()
+    cat = psi_packet(1, section(0x01, 0xFFFF, b""))
+    not_cat = psi_packet(1, section(0x02, 1, b"\xe1\x00\xf0\x00"), cc=1)
+    scrambled = es_packet(0x101, 0, scrambled=2)
+    tr = run(analysis_feed, [mux.pat(), mux.pmt(), scrambled, cat, es_packet(0x101, 1, scrambled=2), not_cat])
+    assert tr["cat_errors"] == 2  # the scrambled packet before the CAT, and the PMT on PID 1
+    assert tr["priority2_ok"] is False
+
+
+def test_pcr_jump_with_and_without_the_discontinuity_indicator(analysis_feed: Feeder) -> None:
+    mux = Mux()
+    pkts = [mux.pat(), mux.pmt()]
+    pcr = 0
+    for k in range(30):
+        pcr += 1_080_000  # 40 ms
+        if k == 10:
+            pkts.append(es_packet(mux.video_pid, mux.next_cc(mux.video_pid), pcr=pcr + 27_000_000, disc=True))
+            pcr += 27_000_000
+        elif k == 20:
+            pcr += 27_000_000
+            pkts.append(mux.video(pcr=pcr))
+        else:
+            pkts.append(mux.video(pcr=pcr))
+    tr = run(analysis_feed, pkts, per=1)
+    assert tr["pcr_discontinuity_errors"] == 1
+    assert tr["cc_errors"] == 0
+
+
+def test_continuity_error_on_a_psi_pid_drops_the_half_section(analysis_feed: Feeder) -> None:
+    mux = Mux()
+    pkts = [mux.pat(), mux.pmt()]
+    long_pmt = pmt_section(
+        1, 0x101, [(0x1B, 0x101, b"\x00" * 0)] + [(0x06, 0x200 + i, b"\x05\x04ABCD") for i in range(30)]
+    )
+    first = ts_packet(0x100, mux.next_cc(0x100), (b"\x00" + long_pmt)[:184], pusi=True)
+    mux.next_cc(0x100)  # the continuation packet is lost
+    nxt = mux.pmt()  # the next PMT starts cleanly
+    tr = run(analysis_feed, [*pkts, first, nxt], per=1)
+    assert tr["cc_errors"] == 1
+    assert tr["crc_errors"] == 0  # no splice across the gap
+    assert tr["pmt_count"] == 2
+
+
+def test_tr07_jpeg_xs(analysis_feed: Feeder) -> None:
+    mux = Mux()
+    jxs_desc = bytes([0x3F, 2, 0x14, 0x00])  # extension descriptor: JPEG XS video descriptor
+    sec = pmt_section(1, 0x101, [(0x32, 0x101, jxs_desc)])
+    pkts = [mux.pat(), psi_packet(0x100, sec), mux.video(pcr=0), mux.video(pcr=1_080_000)]
+    fa = FlowAnalysis(media_analysis=True, tr07_mode=True)
+    analysis_feed(fa, chunk(pkts, 4), [0.0])
+    snap = fa.snapshot(0.0)
+    tr = snap["tr101290"]
+    assert isinstance(tr, dict)
+    assert tr["jpeg_xs_pid"] == 0x101
+    assert tr["tr07_compliant"] is True
+    media = snap["media"]
+    assert isinstance(media, dict)
+    assert media["video_streams"][0]["codec"] == "jpegxs"  # type: ignore[index]
+    # Without the descriptor: a JPEG XS PID, but not TR-07.
+    fa = FlowAnalysis(media_analysis=False, tr07_mode=True)
+    analysis_feed(fa, chunk([mux.pat(), psi_packet(0x100, pmt_section(1, 0x101, [(0x32, 0x101, b"")]))], 2), [0.0])
+    tr = fa.snapshot(0.0)["tr101290"]
+    assert tr["jpeg_xs_pid"] == 0x101 and tr["tr07_compliant"] is False  # type: ignore[index]

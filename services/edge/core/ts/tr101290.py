@@ -61,6 +61,7 @@ DEFAULT_WINDOW_S: Final = 10.0  # interop.md §11: errors count over the last 10
 # Accuracy is judged once the byte-rate estimate spans this many packets (a rate from a few
 # packets is too coarse to resolve 500 ns).
 _PCR_ACCURACY_MIN_SPAN: Final = 50
+_PCR_REBASE_AFTER: Final = 5  # consecutive inaccurate PCRs: the mux rate changed, re-learn it
 
 STREAM_TYPE_JPEG_XS: Final = 0x32
 
@@ -113,18 +114,21 @@ class _Watch:
 
 
 class _PcrState:
-    __slots__ = ("last_index", "last_pcr", "ref_index", "ref_pcr", "watch")
+    """One PCR PID's clock. The byte-rate estimate runs from ``ref`` to ``fit``, the latest PCR
+    that was accurate, so one bad PCR does not bend the line the next ones are judged by."""
+
+    __slots__ = ("bad_run", "fit_index", "fit_pcr", "last_index", "last_pcr", "ref_index", "ref_pcr", "watch")
 
     def __init__(self, pcr: int, index: int, arrival: float) -> None:
         self.last_pcr = pcr
         self.last_index = index
-        self.ref_pcr = pcr
-        self.ref_index = index
         self.watch = _Watch(arrival, PCR_REPETITION_S)
+        self.rebase(pcr, index)
 
     def rebase(self, pcr: int, index: int) -> None:
-        self.ref_pcr = pcr
-        self.ref_index = index
+        self.ref_pcr = self.fit_pcr = pcr
+        self.ref_index = self.fit_index = index
+        self.bad_run = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -578,17 +582,27 @@ class Tr101290Analyzer:
             if pid == self.first_pcr_pid:
                 self.pcr_resets += 1
         else:
-            span = st.last_index - st.ref_index
-            if span >= _PCR_ACCURACY_MIN_SPAN and index > st.last_index:
+            span = st.fit_index - st.ref_index
+            if span < _PCR_ACCURACY_MIN_SPAN:
+                st.fit_pcr = pcr
+                st.fit_index = index
+            elif index > st.fit_index:
                 # §5.2.2 2.4 PCR_accuracy_error: the PCR against the stream's own clock, i.e.
-                # the byte rate measured from the reference PCR to the previous PCR
-                # (ISO/IEC 13818-1 §2.4.2.2, the transport rate between PCRs).
-                ticks_per_packet = ((st.last_pcr - st.ref_pcr) % PCR_WRAP) / span
+                # the byte rate measured between earlier PCRs of this PID (ISO/IEC 13818-1
+                # §2.4.2.2: the transport rate between PCRs), extrapolated to this packet.
+                ticks_per_packet = ((st.fit_pcr - st.ref_pcr) % PCR_WRAP) / span
                 expected = st.ref_pcr + (index - st.ref_index) * ticks_per_packet
                 error = ((pcr - expected + PCR_WRAP / 2) % PCR_WRAP) - PCR_WRAP / 2
                 if abs(error) > PCR_ACCURACY_TICKS:
                     self.pcr_accuracy_errors += 1
                     self.last_p2_error = arrival
+                    st.bad_run += 1
+                    if st.bad_run >= _PCR_REBASE_AFTER:
+                        st.rebase(pcr, index)  # the rate itself changed: learn it again
+                else:
+                    st.bad_run = 0
+                    st.fit_pcr = pcr
+                    st.fit_index = index
         st.last_pcr = pcr
         st.last_index = index
         if pid == self.first_pcr_pid:
