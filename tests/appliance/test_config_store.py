@@ -248,7 +248,7 @@ def test_auth_enabled_without_jwt_secret_gets_one_generated_and_kept(
 ) -> None:
     data = full_config_data()
     del data["server"]["auth"]["jwt_secret"]
-    write_json(store.config_path, data)
+    store.save(AppConfig.model_validate(data))  # no migration: only the new jwt_secret needs a write
 
     with caplog.at_level(logging.DEBUG):
         config = store.load()

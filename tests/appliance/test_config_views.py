@@ -11,7 +11,8 @@ import pytest
 from pydantic import SecretStr
 
 from appliance.config import ensure_jwt_secret, fill_kept_secrets, merge_kept_secrets, public_config
-from appliance.config._dump import revealed_json
+from appliance.config._dump import public_json, revealed_json
+from appliance.errors import Internal
 from appliance.models.config import AppConfig, default_config
 from tests.appliance.conftest import (
     DIRECT_PSK,
@@ -74,6 +75,13 @@ def test_public_config_of_the_defaults() -> None:
         "flows": [],
         "tunnels": [],
     }
+
+
+def test_a_secret_that_escapes_the_exclude_list_is_refused_not_masked() -> None:
+    config = full_config()
+    with pytest.raises(Internal, match="a secret field reached a public dump"):
+        public_json(config, {"server": {"tls"}})
+    assert public_json(config.server, {"auth", "tls"}) == {"listen_addr": "0.0.0.0", "listen_port": 8080}
 
 
 # --------------------------------------------------------------------------- merge_kept_secrets
