@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,13 +19,13 @@ def mode_of(path: Path) -> int:
 
 
 @pytest.fixture
-def wide_umask() -> object:
+def wide_umask() -> Iterator[None]:
     old = os.umask(0o022)
     yield
     os.umask(old)
 
 
-def test_writes_the_bytes_at_0600_by_default(tmp_path: Path, wide_umask: object) -> None:
+def test_writes_the_bytes_at_0600_by_default(tmp_path: Path, wide_umask: None) -> None:
     path = tmp_path / "config.json"
     atomic_write(path, b'{"version": 1}\n')
     assert path.read_bytes() == b'{"version": 1}\n'
