@@ -25,6 +25,7 @@ Data-plane calls (``send_nowait``, ``recv_nowait_into``) never block and never a
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import threading
@@ -105,6 +106,7 @@ class SrtPoller:
         self._lock = threading.Lock()
         self._waiters: dict[int, list[_Waiter]] = {}
         self._stopping = False
+        self._failure: str | None = None
         self.reports = 0  # srt_epoll_uwait returns with events (a spinning poller shows here)
         self.wakeups = 0  # of which woke at least one task
         self._thread = threading.Thread(target=self._run, name="srt-poller", daemon=True)
@@ -130,6 +132,8 @@ class SrtPoller:
         await trio.lowlevel.checkpoint_if_cancelled()
         waiter = _Waiter(trio.lowlevel.current_task(), events)
         with self._lock:
+            if self._failure is not None:
+                raise b.SrtError(f"the SRT poller thread failed: {self._failure}")
             waiters = self._waiters.get(sock)
             if waiters is None:
                 raise trio.ClosedResourceError("the SRT socket was closed")
@@ -198,8 +202,16 @@ class SrtPoller:
                     self._token.run_sync_soon(_wake, wake)
         except trio.RunFinishedError:
             pass
-        except Exception:  # the poller must not die silently: every SRT wait would hang
+        except Exception as exc:  # must not die silently: every SRT wait would hang
             _log.exception("SRT poller thread failed")
+            with self._lock:
+                self._failure = str(exc) or type(exc).__name__
+                stranded = [w for waiters in self._waiters.values() for w in waiters]
+                for waiters in self._waiters.values():
+                    waiters.clear()
+            # Woken, each waiter retries its call and then waits again, which raises.
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(_wake, stranded)
         finally:
             b.epoll_release(self._eid)
 

@@ -47,6 +47,10 @@ BACKOFF_MAX_S: Final = 1.5
 STATS_INTERVAL_S: Final = 1.0
 RECV_BATCH: Final = 64
 """Messages drained per wake-up before yielding to other tasks."""
+STALE_INPUT_S: Final = 1.0
+"""An input listener at its caller limit replaces a caller silent this long by a new one."""
+CONTEND_S: Final = 5.0
+WATCHDOG_INTERVAL_S: Final = 0.25
 
 
 class SrtLegState(enum.StrEnum):
@@ -145,6 +149,12 @@ class SrtLegRunner:
         self.disconnects = 0
         self.refused = 0
         self._retired_stats: dict[str, float | int | str] | None = None
+        self._last_rx: dict[int, float] = {}  # socket id → when it last delivered (receive role)
+        self._contenders: set[int] = set()
+        self.contend_s = CONTEND_S
+        """How long an input at its caller limit holds a new caller before refusing it."""
+        self._close_reasons: dict[int, str] = {}  # socket id → why the runner closed it
+        self._acks: dict[int, tuple[int, int, float]] = {}  # id → (sent, heard, when last heard)
         self._recv_buf = bytearray(b.SRT_LIVE_MAX_PLSIZE)
 
     # ---- data plane
@@ -218,6 +228,8 @@ class SrtLegRunner:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._sample_stats_periodically)
+                if self._sink is None:
+                    nursery.start_soon(self._watch_unanswered_peers)
                 task_status.started()
                 if listener is not None:
                     await self._accept_loop(listener, nursery)
@@ -255,18 +267,61 @@ class SrtLegRunner:
     async def _accept_loop(self, listener: SrtListener, nursery: trio.Nursery) -> None:
         while True:
             sock = await listener.accept()
-            peer = _fmt(sock.peer_addr)
-            reason = None
-            if len(self._peers) >= self.max_peers:
-                reason = f"peer limit {self.max_peers} reached"
-            elif self.leg.stream_id is not None and sock.stream_id != self.leg.stream_id:
-                reason = "stream id does not match"
-            if reason is not None:
+            if self.leg.stream_id is not None and sock.stream_id != self.leg.stream_id:
+                self._refuse(sock, "stream id does not match")
+            elif len(self._peers) < self.max_peers or self._replace_a_silent_caller():
+                nursery.start_soon(self._serve_peer, sock)
+            elif self._sink is not None and len(self._contenders) < self.max_peers:
+                self._contenders.add(sock.id)
+                nursery.start_soon(self._contend, sock, nursery)
+            else:
+                self._refuse(sock, f"peer limit {self.max_peers} reached")
+
+    def _refuse(self, sock: SrtSocket, reason: str) -> None:
+        peer = _fmt(sock.peer_addr)
+        sock.close()
+        self.refused += 1
+        self._emit(SrtPeerRefused(peer, reason))
+
+    async def _contend(self, sock: SrtSocket, nursery: trio.Nursery) -> None:
+        # An input at its limit holds a new caller for up to contend_s, discarding its
+        # data, and takes it as soon as a current caller has been silent for
+        # STALE_INPUT_S: a restarted encoder calls again while the old connection still
+        # delivers its last latency's worth of buffered data.
+        deadline = trio.current_time() + self.contend_s
+        scratch = bytearray(b.SRT_LIVE_MAX_PLSIZE)
+        try:
+            while trio.current_time() < deadline:
+                if len(self._peers) < self.max_peers or self._replace_a_silent_caller():
+                    self._contenders.discard(sock.id)
+                    nursery.start_soon(self._serve_peer, sock)
+                    return
+                try:
+                    while sock.recv_nowait_into(scratch):
+                        pass
+                except SrtConnectionLost:
+                    sock.close()  # it gave up first
+                    return
+                await trio.sleep(0.05)
+            self._refuse(sock, f"peer limit {self.max_peers} reached")
+        finally:
+            if sock.id in self._contenders:
+                self._contenders.discard(sock.id)
                 sock.close()
-                self.refused += 1
-                self._emit(SrtPeerRefused(peer, reason))
-                continue
-            nursery.start_soon(self._serve_peer, sock)
+
+    def _replace_a_silent_caller(self) -> bool:
+        # An encoder that crashed and restarted calls again while its old connection
+        # still looks alive (no shutdown was sent: it breaks only after the peer idle
+        # timeout, 30 s by default). An input takes the new caller when an old one has
+        # been silent for STALE_INPUT_S; an output cannot tell (viewers send nothing).
+        if self._sink is None:
+            return False
+        now = trio.current_time()
+        for peer in self._peers:
+            if now - self._last_rx.get(peer.id, now) >= STALE_INPUT_S:
+                self._close(peer, f"replaced by a new caller after {STALE_INPUT_S:g} s without data")
+                return True
+        return False
 
     async def _serve_peer(self, sock: SrtSocket) -> None:
         peer = _fmt(sock.peer_addr)
@@ -276,15 +331,23 @@ class SrtLegRunner:
         self.last_error = None
         self._emit(SrtPeerConnected(peer, sock.stream_id))
         reason = "connection closed"
+        self._last_rx[sock.id] = trio.current_time()
         try:
             if self._sink is not None:
                 await self._receive(sock)
             else:
                 await sock.wait_broken()
-                reason = "connection broken"
+                reason = self._close_reasons.get(sock.id, "connection broken")
         except SrtConnectionLost as exc:
             reason = exc.message
+        except trio.ClosedResourceError:
+            if sock.id not in self._close_reasons:
+                raise
+            reason = self._close_reasons[sock.id]
         finally:
+            self._close_reasons.pop(sock.id, None)
+            self._acks.pop(sock.id, None)
+            self._last_rx.pop(sock.id, None)
             self._retire(sock)
         self.disconnects += 1
         self.last_error = reason
@@ -303,21 +366,58 @@ class SrtLegRunner:
         view = memoryview(buf)
         sink = self._sink
         assert sink is not None
+        last_rx = self._last_rx
         while True:
-            for _ in range(RECV_BATCH):
+            got = 0
+            while got < RECV_BATCH:
                 n = sock.recv_nowait_into(buf)
                 if not n:
                     break
+                got += 1
                 self.messages_received += 1
                 self.bytes_received += n
                 sink(view[:n])
-            else:
+            if got:
+                last_rx[sock.id] = trio.current_time()  # per batch, not per message
+            if got == RECV_BATCH:
                 # A full batch: let other flows run, then drain on without a poller round
                 # trip (libsrt's epoll wakes in 10 ms slices; one trip per batch capped a
                 # receiver at ~6,000 msgs/s in a first version).
                 await trio.lowlevel.checkpoint()
                 continue
             await sock.wait_readable()
+
+    def _close(self, peer: SrtSocket, reason: str) -> None:
+        # Its task wakes with ClosedResourceError, reports ``reason`` and retires it.
+        self._close_reasons[peer.id] = reason
+        peer.close()
+        if peer in self._peers:
+            self._peers.remove(peer)
+
+    async def _watch_unanswered_peers(self) -> None:
+        # libsrt breaks a connection whose peer vanished without a shutdown (crash,
+        # SIGKILL, cable) only after ~5 s whatever SRTO_PEERIDLETIMEO says (measured:
+        # 5.1 s with 1 s configured). While we send, a live receiver ACKs every 10 ms,
+        # so data sent but nothing heard for peer_idle_timeout_secs is a dead peer:
+        # close it, and a caller reconnects at once.
+        timeout = float(self.leg.peer_idle_timeout_secs)
+        while True:
+            await trio.sleep(WATCHDOG_INTERVAL_S)
+            now = trio.current_time()
+            for peer in list(self._peers):
+                try:
+                    perf = b.bistats(peer.id, clear=False)
+                except b.SrtError:
+                    continue  # gone: its own task reports it
+                sent = int(perf.pktSentTotal)
+                heard = int(perf.pktRecvACKTotal + perf.pktRecvNAKTotal + perf.pktRecvTotal)
+                last = self._acks.get(peer.id)
+                if last is None or heard != last[1] or sent == last[0]:
+                    self._acks[peer.id] = (sent, heard, now)  # answered, or nothing to answer
+                elif now - last[2] >= timeout:
+                    self._close(peer, f"no answer from the peer for {timeout:g} s while sending")
+                else:
+                    self._acks[peer.id] = (sent, heard, last[2])
 
     async def _sample_stats_periodically(self) -> None:
         # srt_bistats fails once the peer has closed, so sample while it is up.

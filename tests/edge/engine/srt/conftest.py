@@ -64,6 +64,11 @@ class SltProcess:
                 proc.kill()
                 proc.wait(timeout=5)
 
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL: the far end vanishes without sending an SRT shutdown."""
+        proc.kill()
+        proc.wait(timeout=5)
+
     def stop_all(self) -> None:
         for proc in self._procs:
             self.stop(proc)

@@ -275,3 +275,69 @@ async def test_our_caller_recovers_within_two_seconds_of_slt_restarting(slt: Slt
     assert connected_after < 2.0, (connected_after, slt.log_text())
     assert flowing_after < 2.0
     assert runner.connects == 2
+
+
+async def test_our_caller_recovers_after_slt_is_killed_and_restarted(slt: SltProcess, udp_sink: UdpSink) -> None:
+    # SIGKILL sends no shutdown: our side sees the break only when the peer idle timeout
+    # (1 s here) expires, then reconnects at once.
+    port = free_udp_port()
+    sink = udp_sink
+    uri = slt_srt_uri(port, "listener", None)
+    proc = slt.start(uri, f"udp://127.0.0.1:{sink.port}")
+    runner = SrtLegRunner(
+        SrtLeg(mode="caller", local_addr="0.0.0.0:0", remote_addr=f"127.0.0.1:{port}", peer_idle_timeout_secs=1)
+    )
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sink.run)
+            await nursery.start(runner.run)
+
+            async def stream() -> None:
+                i = 0
+                while True:
+                    runner.send_nowait(message(i % 100_000))
+                    i += 1
+                    await trio.sleep(0.002)
+
+            nursery.start_soon(stream)
+            await wait_until(lambda: len(sink.datagrams) > 50, 5)
+            slt.kill(proc)
+            await trio.sleep(0.3)
+            before = len(sink.datagrams)
+            slt.start(uri, f"udp://127.0.0.1:{sink.port}")
+            back = trio.current_time()
+            await wait_until(lambda: runner.connects == 2, 6)
+            await wait_until(lambda: len(sink.datagrams) > before + 20, 5)
+            flowing_after = trio.current_time() - back
+            nursery.cancel_scope.cancel()
+    # Without the runner's watchdog libsrt itself needs ~5 s here (measured 5.1 s).
+    assert flowing_after < 1.0 + 2.0, (flowing_after, slt.log_text())  # idle timeout + the 2 s bar
+    assert runner.connects == 2
+
+
+async def test_our_input_takes_a_restarted_slt_caller_after_it_was_killed(slt: SltProcess) -> None:
+    # The old connection is not timed out yet (peer idle timeout 30 s): the input listener
+    # replaces the silent caller with the new one.
+    port, udp_in = free_udp_port(), free_udp_port()
+    got: list[bytes] = []
+    runner = SrtLegRunner(
+        SrtLeg(mode="listener", local_addr=f"127.0.0.1:{port}", latency_ms=LATENCY_MS),
+        sink=lambda view: got.append(bytes(view)),
+    )
+    uri = slt_srt_uri(port, "caller", None)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.run)
+            proc = slt.start(f"udp://127.0.0.1:{udp_in}", uri)
+            await wait_until(lambda: runner.state is SrtLegState.CONNECTED, 5)
+            await feed_udp_until(udp_in, lambda: len(got) >= 50)
+            slt.kill(proc)
+            slt.start(f"udp://127.0.0.1:{udp_in}", uri)
+            back = trio.current_time()
+            await feed_udp_until(udp_in, lambda: runner.connects == 2)  # (400 ms still buffered)
+            before = len(got)
+            await feed_udp_until(udp_in, lambda: len(got) >= before + 50)
+            flowing_after = trio.current_time() - back
+            nursery.cancel_scope.cancel()
+    assert runner.connects == 2
+    assert flowing_after < 1.0 + 2.0 + LATENCY_MS / 1000, (flowing_after, slt.log_text())

@@ -211,3 +211,54 @@ async def test_start_reports_a_listener_port_in_use() -> None:
         async with trio.open_nursery() as nursery:
             with pytest.raises(b.SrtError, match=f"cannot listen on 127.0.0.1:{port}"):
                 await nursery.start(SrtLegRunner(SrtLeg(mode="listener", local_addr=f"127.0.0.1:{port}")).run)
+
+
+async def test_input_listener_replaces_a_silent_caller_but_refuses_while_it_sends() -> None:
+    # A crashed encoder sends no shutdown: its old connection looks alive until the peer
+    # idle timeout (30 s by default). When it calls again, the input takes the new call
+    # once the old one has been silent for STALE_INPUT_S, and refuses it after contend_s
+    # if the old one keeps sending.
+    port = free_udp_port()
+    got: list[bytes] = []
+    events: list[SrtLegEvent] = []
+    runner = SrtLegRunner(
+        SrtLeg(mode="listener", local_addr=f"127.0.0.1:{port}"),
+        sink=lambda view: got.append(bytes(view)),
+        on_event=events.append,
+    )
+    runner.contend_s = 0.5
+    leg = SrtLeg(mode="caller", local_addr="0.0.0.0:0", remote_addr=f"127.0.0.1:{port}")
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.run)
+            old = await srt_connect(leg)
+            await old.send(message(1))
+            await wait_until(lambda: len(got) == 1, 5)
+
+            # still sending: a second caller is held for contend_s, then refused
+            async def keep_sending() -> None:
+                for i in range(2, 40):
+                    await old.send(message(i))
+                    await trio.sleep(0.02)
+
+            nursery.start_soon(keep_sending)
+            with contextlib.suppress(SrtConnectError):
+                with await srt_connect(leg):
+                    await wait_until(lambda: runner.refused == 1, 5)
+            await wait_until(lambda: runner.refused == 1, 5)
+            await wait_until(lambda: len(got) == 39, 5)  # the sender stopped: now it is silent
+
+            await trio.sleep(1.2)
+            new = await srt_connect(leg)
+            await wait_until(lambda: runner.connects == 2, 5)
+            await new.send(message(100))
+            await wait_until(lambda: got[-1] == message(100), 5)
+            assert runner.peer_count == 1
+            with pytest.raises(b.SrtError):  # the old connection was closed by the runner
+                while True:
+                    await old.recv_into(bytearray(1500))
+            old.close()
+            new.close()
+            nursery.cancel_scope.cancel()
+    replaced = [e for e in events if isinstance(e, SrtPeerDisconnected)]
+    assert replaced and replaced[0].reason.startswith("replaced by a new caller")
