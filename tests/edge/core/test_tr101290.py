@@ -308,3 +308,23 @@ def test_tr07_jpeg_xs(analysis_feed: Feeder) -> None:
     analysis_feed(fa, chunk([mux.pat(), psi_packet(0x100, pmt_section(1, 0x101, [(0x32, 0x101, b"")]))], 2), [0.0])
     tr = fa.snapshot(0.0)["tr101290"]
     assert tr["jpeg_xs_pid"] == 0x101 and tr["tr07_compliant"] is False  # type: ignore[index]
+
+
+def test_program_changes_are_events_and_roles_follow_the_pmt() -> None:
+    from services.edge.core.ts.tr101290 import Tr101290Analyzer
+
+    mux = Mux()
+    tr = Tr101290Analyzer()
+    pmt_a = pmt_section(1, 0x101, [(0x1B, 0x101, b"")], version=1)
+    pmt_b = pmt_section(1, 0x101, [(0x1B, 0x101, b""), (0x0F, 0x103, b"")], version=2)
+    pkts = [mux.pat()]
+    for i in range(40):  # a PMT that flips every packet: each flip is a change, none a stall
+        pkts.append(psi_packet(0x100, pmt_a if i % 2 else pmt_b, mux.next_cc(0x100)))
+    buf = b"".join(pkts)
+    tr.feed_packets(buf, len(pkts), 0.0, 0)
+    events = tr.pop_events()
+    assert len(events) == 16  # bounded: the last 16 of 41 changes
+    assert tr.pop_events() == []
+    assert [e.pid for e in tr.pmts[1].streams] == [0x101]  # the last PMT (version 1) holds
+    assert tr.pmt_count == 40
+    assert tr.pid_errors == 0 and tr.cc_errors == 0

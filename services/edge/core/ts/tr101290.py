@@ -24,6 +24,7 @@ Never raises on stream bytes (style H5): every malformation is a counter.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -61,6 +62,7 @@ DEFAULT_WINDOW_S: Final = 10.0  # interop.md §11: errors count over the last 10
 # Accuracy is judged once the byte-rate estimate spans this many packets (a rate from a few
 # packets is too coarse to resolve 500 ns).
 _PCR_ACCURACY_MIN_SPAN: Final = 50
+_MAX_EVENTS: Final = 16
 _PCR_REBASE_AFTER: Final = 5  # consecutive inaccurate PCRs: the mux rate changed, re-learn it
 
 STREAM_TYPE_JPEG_XS: Final = 0x32
@@ -209,7 +211,8 @@ class Tr101290Analyzer:
         self._pcr: dict[int, _PcrState] = {}
         self._pcr_pending_disc: set[int] = set()
         self._cat_seen = False
-        self.events: list[ProgramsChanged] = []
+        self._events: deque[ProgramsChanged] = deque(maxlen=_MAX_EVENTS)
+        self._es_pids: set[int] = set()
         self.first_pcr_pid: int | None = None
         self.pcr_samples: list[tuple[float, int]] = []  # (arrival, PCR) of first_pcr_pid, drained by the owner
         self.pcr_resets = 0  # bumped at a PCR discontinuity of first_pcr_pid
@@ -718,18 +721,21 @@ class Tr101290Analyzer:
                 # §5.2.1 1.6 PID_error: the clock for a referenced PID starts when the PMT
                 # first names it.
                 self._pid_watch[pid] = _Watch(arrival, self.pid_timeout_s)
-        for pid, _ in self._es_pids_items():
-            if pid not in es_pids:
-                self._set_kind(pid, self._kinds[pid] & ~(K_PES | K_COLLECT))
+        for pid in self._es_pids - es_pids:
+            self._set_kind(pid, self._kinds[pid] & ~(K_PES | K_COLLECT))
         for pid in es_pids:
             if not self._kinds[pid] & K_PSI:
                 self._set_kind(pid, self._kinds[pid] | K_PES)
-        self.events.append(ProgramsChanged(dict(self._pmts)))
+        self._es_pids = es_pids
+        self._events.append(ProgramsChanged(dict(self._pmts)))
         if self._sink is not None:
             self._sink.on_programs(dict(self._pmts))
 
-    def _es_pids_items(self) -> list[tuple[int, int]]:
-        return [(pid, k) for pid, k in enumerate(self._kinds) if k & (K_PES | K_COLLECT)]
+    def pop_events(self) -> list[ProgramsChanged]:
+        """The events since the last call (at most the last 16 are kept)."""
+        out = list(self._events)
+        self._events.clear()
+        return out
 
     # ------------------------------------------------------------------ timers and reading
     def check_timers(self, now: float) -> None:
