@@ -156,3 +156,19 @@ def test_any_bytes_never_raise(items: list[tuple[int, bytes]]) -> None:
     m.handle_timer(100.0)
     drain(m)
     assert sum(m.counters.received) + sum(m.counters.malformed) == len(items)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 65535),
+    st.sets(st.integers(0, 119), max_size=60),
+    st.sets(st.integers(0, 119), max_size=60),
+    st.floats(0.0, 0.040),
+)
+def test_no_packet_lost_on_both_legs_means_no_gap(first: int, drop0: set[int], drop1: set[int], skew: float) -> None:
+    packets = stream(first, 120)
+    drop1 = drop1 - drop0
+    out, m = run(packets, drop=(drop0, drop1), delay_s=(0.0, skew))
+    assert out == packets
+    assert m.counters.packets_lost == 0
+    assert m.counters.lost == [len(drop0), len(drop1)]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.edge.core.fec import FecDecoder, FecEncoder
+from services.edge.core.fec import FecDecoder, FecEncoder, parse_fec
 from tests.edge.core.fec.helpers import media, run_pair, stream
 
 EDGE_SIZES = [*itertools.product((1, 2, 20), (4, 20)), (10, 10), (5, 4)]
@@ -336,3 +336,47 @@ def test_two_d_cannot_repair_a_burst_of_two_full_rows() -> None:
     out, dec = run_pair(packets, columns, rows, drop_media=drops)
     assert dec.counters.recovered == 0 and dec.counters.unrecoverable == 2 * columns
     assert out == [p for i, p in enumerate(packets) if i not in drops]
+
+
+def _groups(packets: list[bytes], columns: int, rows: int, row_fec: bool) -> list[tuple[int, ...]]:
+    enc = FecEncoder(columns, rows, row_fec=row_fec)
+    fec = []
+    for p in packets:
+        enc.on_media(memoryview(p), 0.0)
+        fec += [*iter(enc.pop_column, None), *iter(enc.pop_row, None)]
+    enc.flush()
+    fec += list(iter(enc.pop_column, None))
+    groups = []
+    for datagram in fec:
+        parsed = parse_fec(datagram)
+        assert parsed is not None
+        groups.append(tuple(range(parsed.snbase, parsed.snbase + parsed.offset * parsed.na, parsed.offset)))
+    return groups
+
+
+def _peel(lost: set[int], groups: list[tuple[int, ...]]) -> set[int]:
+    lost, rebuilt, changed = set(lost), set(), True
+    while changed:
+        changed = False
+        for group in groups:
+            missing = [s for s in group if s in lost]
+            if len(missing) == 1:
+                lost.discard(missing[0])
+                rebuilt.add(missing[0])
+                changed = True
+    return rebuilt
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 8), st.integers(4, 8), st.booleans(), st.data())
+def test_any_loss_pattern_matches_the_peeling_model(
+    columns: int, rows: int, row_fec: bool, data: st.DataObject
+) -> None:
+    m = columns * rows
+    packets = stream(0, 4 * m, size=40)
+    drops = data.draw(st.sets(st.integers(m, 3 * m - 1), max_size=m))
+    rebuilt = _peel(set(drops), _groups(packets, columns, rows, row_fec))
+    out, dec = run_pair(packets, columns, rows, drop_media=drops, row_fec=row_fec)
+    assert dec.counters.recovered == len(rebuilt)
+    assert dec.counters.unrecoverable == len(drops) - len(rebuilt)
+    assert out == [p for i, p in enumerate(packets) if i not in drops or i in rebuilt]
