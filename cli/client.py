@@ -1,9 +1,10 @@
 """The edge REST client of `mp`, and the one map from HTTP status to exit code.
 
-One request per call over the standard library's `http.client`: a command makes
-one or two requests, so connection pooling buys nothing, and `httpx` costs about
-200 ms of imports (it pulls in its own click/rich CLI), which alone would break
-the fast-start budget of `mp flow list` (bench/cli_start.py).
+One request per connection through `cli._http`, a small HTTP/1.1 client on a
+plain socket: a command makes one or two requests, so pooling buys nothing, and
+`httpx` costs about 200 ms of imports (it pulls in its own click/rich CLI) and
+`http.client` about 30 ms, against a start-up budget of 120 ms for
+`mp flow list` (bench/cli_start.py).
 
 Statuses map to `MpError` kinds here and nowhere else (style guide section 3):
 
@@ -63,28 +64,31 @@ class EdgeClient:
     # ------------------------------------------------------------------ transport
 
     def _send(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Response:
-        import http.client
         import socket
         from urllib.parse import urlsplit
+
+        from cli._http import ProtocolError, request
 
         url = self.settings.url
         parts = urlsplit(url)
         host = parts.hostname or "127.0.0.1"
-        conn: http.client.HTTPConnection
+        tls = parts.scheme == "https"
         try:
-            port = parts.port
+            port = parts.port or (443 if tls else 80)
         except ValueError:
             raise Failure(f"the edge URL {url} has an invalid port") from None
-        if parts.scheme == "https":
-            conn = http.client.HTTPSConnection(host, port, timeout=self.settings.timeout_s)
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=self.settings.timeout_s)
-        full_path = parts.path.rstrip("/") + path
-        headers = {"User-Agent": USER_AGENT, "Accept": "application/json", "Connection": "close", **headers}
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **headers}
         try:
-            conn.request(method, full_path, body=body, headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read()
+            raw = request(
+                method,
+                host,
+                port,
+                parts.path.rstrip("/") + path,
+                headers=headers,
+                body=body,
+                timeout_s=self.settings.timeout_s,
+                tls=tls,
+            )
         except ConnectionRefusedError:
             raise ServiceUnreachable(
                 f"cannot reach the edge at {url}: connection refused",
@@ -97,19 +101,17 @@ class EdgeClient:
             ) from None
         except socket.gaierror as exc:
             raise ServiceUnreachable(f"cannot resolve the edge host {host!r}: {exc.strerror}") from None
-        except http.client.HTTPException as exc:
-            raise ServiceUnreachable(f"the edge at {url} broke off the answer ({type(exc).__name__})") from None
-        except OSError as exc:
+        except ProtocolError as exc:
+            raise ServiceUnreachable(f"the edge at {url} did not answer in HTTP: {exc}") from None
+        except OSError as exc:  # reset, unreachable, TLS failures (ssl.SSLError is an OSError)
             raise ServiceUnreachable(f"cannot reach the edge at {url}: {exc.strerror or exc}") from None
-        finally:
-            conn.close()
         parsed: Any = None
-        if raw:
+        if raw.body:
             try:
-                parsed = json.loads(raw)
+                parsed = json.loads(raw.body)
             except ValueError:
-                parsed = raw.decode("utf-8", "replace")
-        return Response(resp.status, resp.reason, parsed)
+                parsed = raw.body.decode("utf-8", "replace")
+        return Response(raw.status, raw.reason, parsed)
 
     # ------------------------------------------------------------------ auth
 

@@ -72,7 +72,7 @@ def root(
     ] = None,
     timeout: Annotated[
         Optional[float],  # noqa: UP045
-        typer.Option("--timeout", help="Seconds to wait for each network call [default: 10].", metavar="SECONDS"),
+        typer.Option("--timeout", help="Seconds to wait for each network call (default 10).", metavar="SECONDS"),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of a failure.")] = False,
     version: Annotated[

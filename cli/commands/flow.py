@@ -182,7 +182,7 @@ def _print_result(data: Any, fmt: str | None, as_json: bool, text: str) -> None:
 @app.command("create")
 def create(
     ctx: typer.Context,
-    flow_id: Annotated[Optional[str], typer.Argument(help="Flow id.", metavar="[FLOW]")] = None,  # noqa: UP045
+    flow_id: Annotated[Optional[str], typer.Argument(help="Flow id.", metavar="FLOW")] = None,  # noqa: UP045
     file: FileOption = None,
     name: NameOption = None,
     input_url: InputOption = None,

@@ -37,7 +37,7 @@ def add(
     flow_id: FlowArg,
     url: Annotated[
         Optional[str],  # noqa: UP045
-        typer.Argument(help="Output URL: udp://IP:PORT, rtp://IP:PORT, srt://HOST:PORT?mode=...", metavar="[URL]"),
+        typer.Argument(help="Output URL: udp://IP:PORT, rtp://IP:PORT, srt://HOST:PORT?mode=...", metavar="URL"),
     ] = None,
     output_id: Annotated[
         Optional[str],  # noqa: UP045

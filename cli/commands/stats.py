@@ -68,7 +68,7 @@ def stats_table(data: Any, colour: bool) -> str:
 
 def stats(
     ctx: typer.Context,
-    flow_id: Annotated[Optional[str], typer.Argument(help="Only this flow.", metavar="[FLOW]")] = None,  # noqa: UP045
+    flow_id: Annotated[Optional[str], typer.Argument(help="Only this flow.", metavar="FLOW")] = None,  # noqa: UP045
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Keep updating from the live stream.")] = False,
     interval: Annotated[
         float, typer.Option("--interval", help="With --watch: at most one update per SECONDS.", metavar="SECONDS")

@@ -30,6 +30,7 @@ class Tmux:
 
     def __init__(self, command: str, env: dict[str, str], tmp_path: Path) -> None:
         self.socket = f"mp-cli-test-{os.getpid()}-{next(_sessions)}"
+        self.env = env  # the tmux server, and so the pane, gets exactly this environment
         script = tmp_path / f"{self.socket}.sh"
         exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items() if k.isidentifier())
         # The pane stays open after mp exits so the test can read the exit status; tmux kill-server ends it.
@@ -38,7 +39,11 @@ class Tmux:
 
     def _tmux(self, *args: str) -> str:
         done = subprocess.run(
-            ["tmux", "-L", self.socket, "-f", "/dev/null", *args], capture_output=True, text=True, timeout=30
+            ["tmux", "-L", self.socket, "-f", "/dev/null", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert done.returncode == 0, done.stderr
         return done.stdout
@@ -53,7 +58,7 @@ class Tmux:
         return wait_for(lambda: re.search(pattern, self.screen(), re.MULTILINE), timeout=timeout, interval=0.2)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=30)
 
 
 @pytest.fixture
@@ -129,17 +134,17 @@ def test_flow_create_prompts_for_missing_values_and_delete_asks_first(
     port, out_port = free_udp_port(), free_udp_port()
     term = Tmux(f"mp --url {edge.url} flow create", tmux_env, tmp_path)
     try:
-        term.wait(r"Flow id: $")
+        term.wait(r"Flow id: ?$")
         term.keys("tty1", "Enter")
-        term.wait(r"Name \[tty1\]: $")
+        term.wait(r"Name \[tty1\]: ?$")
         term.keys("TTY flow", "Enter")
-        term.wait(r"Input URL .*: $")
+        term.wait(r"Input URL .*: ?$")
         term.keys(f"rtp://127.0.0.1:{port}", "Enter")
-        term.wait(r"Output URL \(empty to finish\): $")
+        term.wait(r"Output URL \(empty to finish\): ?$")
         term.keys("ftp://nowhere:1", "Enter")  # a bad URL is explained and asked again
         term.wait(r"scheme must be one of")
         term.keys(f"udp://127.0.0.1:{out_port}", "Enter")
-        wait_for(lambda: term.screen().count("Output URL (empty to finish):") == 3)
+        wait_for(lambda: term.screen().count("Output URL (empty to finish):") == 3, timeout=30)
         term.keys("Enter")
         term.wait(r"^EXIT=0$")
         assert "flow 'tty1' created and started" in term.screen()
@@ -154,7 +159,7 @@ def test_flow_create_prompts_for_missing_values_and_delete_asks_first(
 
     term = Tmux(f"mp --url {edge.url} flow delete tty1", tmux_env, tmp_path)
     try:
-        term.wait(r"Delete flow 'tty1'\? A running flow goes off air\. \[y/N\]: $")
+        term.wait(r"Delete flow 'tty1'\? A running flow goes off air\. \[y/N\]: ?$")
         term.keys("n", "Enter")
         term.wait(r"^EXIT=1$")
     finally:
@@ -163,7 +168,7 @@ def test_flow_create_prompts_for_missing_values_and_delete_asks_first(
     term = Tmux(f"mp --url {edge.url} flow list; mp --url {edge.url} flow delete tty1", tmux_env, tmp_path)
     try:
         term.wait(r"^ID +NAME +ENABLED +INPUT +OUTPUTS")  # a table by default on a terminal
-        term.wait(r"\[y/N\]: $")
+        term.wait(r"\[y/N\]: ?$")
         term.keys("y", "Enter")
         term.wait(r"^EXIT=0$")
     finally:

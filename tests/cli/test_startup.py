@@ -52,6 +52,7 @@ def test_flow_list_imports_neither_the_server_stack_nor_pydantic_nor_rich(cli_en
     assert "pydantic" not in found  # Typer would import it per option; cli/_fastparams.py prevents that
     assert "rich" not in found  # tables are plain text (cli/render.py)
     assert "yaml" not in found
+    assert not found & {"http", "email", "ssl"}  # cli/_http.py: a plain socket, no http.client
 
 
 def test_flow_list_as_a_table_stays_light_too(cli_env: dict[str, str]) -> None:
