@@ -1,0 +1,127 @@
+"""Mediaplane benchmarks against real peers, in one run, as one table (``make bench``).
+
+    python -m bench [--quick] [--only N [N ...]] [--json PATH] [--keep DIR]
+
+Scenarios (bench/README.md says how each is measured):
+  1  1 input -> 1 UDP output: highest zero-loss rate; peers srt-live-transmit and socat
+  2  1 input -> 4 and -> 16 outputs; peer GStreamer udpsrc ! tee ! udpsink x N
+  3  50 flows of 10 Mbit/s on one worker for 60 s: loss and CPU
+  4  added latency p50/p99 at 50 % of scenario 1's peak; peer srt-live-transmit
+  5  isolation: scenario 1 at 50 % of its peak while wrk saturates the REST API and 50
+     WebSocket stats clients are connected: packets lost must be 0
+  6  memory: RSS of mp-edge (all processes) idle, with 1 flow and with 50 flows
+
+``--quick`` runs each scenario for about a second (the smoke test uses it: its figures mean
+nothing). Every load loop is bounded in count and time; all traffic stays on 127.0.0.1. The
+table goes to stdout, progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.scenarios import SCENARIOS
+from bench.scenarios.common import Options, Row, dump_json, load_average, log, start_edge
+
+COLUMNS = ("#", "scenario", "mediaplane", "peers (same run)", "ratio", "goal", "met?")
+
+
+def render(rows: list[Row]) -> str:
+    """A plain-text table; long cells wrap inside their column."""
+    widths = (3, 34, 44, 50, 20, 24, 4)
+    cells = [COLUMNS] + [(r.number, r.scenario, r.ours, r.peers, r.ratio, r.goal, r.verdict) for r in rows]
+    lines: list[str] = []
+    rule = "+".join("-" * (w + 2) for w in widths)
+    for index, row in enumerate(cells):
+        wrapped = [_wrap(text, width) for text, width in zip(row, widths, strict=True)]
+        for k in range(max(len(w) for w in wrapped)):
+            parts = [(w[k] if k < len(w) else "").ljust(width) for w, width in zip(wrapped, widths, strict=True)]
+            lines.append(" " + " | ".join(parts))
+        lines.append(rule)
+        if index == 0:
+            lines[-1] = rule.replace("-", "=")
+    return "\n".join(lines)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    out: list[str] = []
+    for chunk in text.split("; "):
+        line = ""
+        for word in chunk.split(" "):
+            if line and len(line) + 1 + len(word) > width:
+                out.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        out.append(line)
+    return out or [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="each scenario for about a second (smoke test)")
+    parser.add_argument("--only", type=int, nargs="+", choices=sorted(SCENARIOS), help="run only these scenarios")
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
+    parser.add_argument("--keep", type=Path, default=None, help="keep logs and py-spy profiles in this directory")
+    parser.add_argument("--no-profile", action="store_true", help="skip the py-spy step in scenarios 1 and 2")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
+        workdir = args.keep or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        opts = Options.quick_options(workdir) if args.quick else Options(workdir=workdir)
+        if args.no_profile:
+            opts.profile = False
+        started = time.monotonic()
+        load_before = load_average()
+        log(f"bench: {'quick' if args.quick else 'full'} run, load average {load_before}, {os.cpu_count()} CPUs")
+        rows: list[Row] = []
+        with contextlib.ExitStack() as stack:
+            if args.quick:
+                opts.shared_edge = stack.enter_context(start_edge(workdir, "shared"))
+            for number in args.only or sorted(SCENARIOS):
+                title, run = SCENARIOS[number]
+                rows += _run_one(number, title, run, opts)
+        elapsed = time.monotonic() - started
+        load_after = load_average()
+        print(render(rows))
+        print(
+            f"run took {elapsed:.0f} s; load average (1/5/15 min) {load_before} at the start, {load_after} at the end;"
+            f" {os.cpu_count()} CPUs. Ratios = mediaplane / peer, measured alternately in this run."
+        )
+        opts.record["run"] = {
+            "quick": args.quick,
+            "seconds": round(elapsed, 1),
+            "load_before": load_before,
+            "load_after": load_after,
+            "rows": [r.__dict__ | {"verdict": r.verdict} for r in rows],
+        }
+        if args.json:
+            dump_json(args.json, opts.record)
+    return 0 if all(r.ours != "failed" for r in rows) else 1
+
+
+def _run_one(number: int, title: str, run: Callable[[Options], list[Row]], opts: Options) -> list[Row]:
+    log(f"--- scenario {number}: {title} (load average {load_average()})")
+    started = time.monotonic()
+    try:
+        rows = run(opts)
+    except Exception as exc:  # one broken scenario must not hide the others' rows
+        traceback.print_exc(file=sys.stderr)
+        rows = [Row(str(number), title, "failed", f"{type(exc).__name__}: {exc}"[:200])]
+    log(f"--- scenario {number} took {time.monotonic() - started:.0f} s")
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())
