@@ -26,6 +26,7 @@ Data-plane calls (``send_nowait``, ``recv_nowait_into``) never block and never a
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import ipaddress
 import logging
 import threading
@@ -258,6 +259,8 @@ class SrtSocket:
         self._sock = sock
         self.peer_addr = peer_addr
         self._closed = False
+        self._rx_buf: bytearray | memoryview | None = None
+        self._rx_cbuf: ctypes.Array[ctypes.c_char] | None = None
         self._stats: dict[str, float | int | str] | None = None
         self._stats_at = -1e9
         self._rcv_retrans_total = 0
@@ -299,13 +302,20 @@ class SrtSocket:
     def recv_nowait_into(self, buf: bytearray | memoryview) -> int:
         """One message into ``buf``; 0 when none is ready. Never blocks.
 
+        The last buffer passed stays mapped for libsrt (a bytearray cannot be resized)
+        until another buffer is passed or the socket is closed.
+
         Raises SrtConnectionLost when the connection is gone, trio.ClosedResourceError
         after ``close()``.
         """
         if self._closed:
             raise trio.ClosedResourceError("the SRT socket was closed")
+        cbuf = self._rx_cbuf
+        if buf is not self._rx_buf or cbuf is None:  # the data plane reuses one buffer: map it once
+            cbuf = self._rx_cbuf = b.c_buffer(buf)
+            self._rx_buf = buf
         try:
-            return b.recvmsg(self._sock, buf)
+            return b.recvmsg(self._sock, cbuf)
         except b.SrtError as exc:
             raise self._translate(exc) from exc
 
@@ -422,6 +432,7 @@ class SrtSocket:
         if self._closed:
             return
         self._closed = True
+        self._rx_buf = self._rx_cbuf = None
         self._poller.unregister(self._sock)
         b.close(self._sock)
 

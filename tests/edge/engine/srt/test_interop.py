@@ -18,8 +18,9 @@ import pytest
 import trio
 
 from appliance.models.config import SrtLeg
+from services.edge.engine.srt import binding as b
 from services.edge.engine.srt.aio import SrtConnectError, srt_connect
-from services.edge.engine.srt.runner import SrtLegRunner, SrtLegState
+from services.edge.engine.srt.runner import SrtLegRunner, SrtLegState, SrtPeerConnected
 
 from .conftest import PASSPHRASE, SltProcess, UdpSink, free_udp_port, message, wait_until
 
@@ -341,3 +342,50 @@ async def test_our_input_takes_a_restarted_slt_caller_after_it_was_killed(slt: S
             nursery.cancel_scope.cancel()
     assert runner.connects == 2
     assert flowing_after < 1.0 + 2.0 + LATENCY_MS / 1000, (flowing_after, slt.log_text())
+
+
+async def test_packet_filter_fec_negotiates_with_slt(slt: SltProcess, udp_sink: UdpSink) -> None:
+    # SRT's own FEC (packet_filter), configured on both ends: the connection is made with
+    # the filter (libsrt rejects a caller whose filter conflicts) and carries data.
+    drops_before = udp_rcvbuf_errors()
+    port = free_udp_port()
+    sink = udp_sink
+    fec = "fec,cols:4,rows:2"
+    slt.start(slt_srt_uri(port, "listener", None, packetfilter=fec), f"udp://127.0.0.1:{sink.port}")
+    leg = SrtLeg(
+        mode="caller",
+        local_addr="0.0.0.0:0",
+        remote_addr=f"127.0.0.1:{port}",
+        packet_filter=fec,
+        latency_ms=LATENCY_MS,
+    )
+    runner = SrtLegRunner(leg)
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sink.run)
+            await nursery.start(runner.run)
+            await wait_until(lambda: runner.state is SrtLegState.CONNECTED, 5)
+            negotiated = str(runner._peers[0].getsockflag(b.SRTO_PACKETFILTER))
+            await send_paced(runner.send_nowait, count=200)
+            await wait_until(lambda: last_index(sink.datagrams) == 199, 5)
+            nursery.cancel_scope.cancel()
+    assert negotiated.startswith("fec,") and "cols:4" in negotiated, negotiated
+    assert_gaps_explained(check_stream(sink.datagrams, last=199), drops_before)
+
+
+async def test_slt_caller_stream_id_reaches_our_listener(slt: SltProcess) -> None:
+    port, udp_in = free_udp_port(), free_udp_port()
+    events: list[object] = []
+    runner = SrtLegRunner(
+        SrtLeg(mode="listener", local_addr=f"127.0.0.1:{port}", stream_id="#!::r=feed1,m=publish"),
+        sink=lambda view: None,
+        on_event=events.append,
+    )
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.run)
+            slt.start(f"udp://127.0.0.1:{udp_in}", slt_srt_uri(port, "caller", None, streamid="#!::r=feed1,m=publish"))
+            await wait_until(lambda: runner.state is SrtLegState.CONNECTED, 5)
+            nursery.cancel_scope.cancel()
+    assert isinstance(events[0], SrtPeerConnected)
+    assert events[0].stream_id == "#!::r=feed1,m=publish"
