@@ -183,14 +183,14 @@ async def test_gstreamer_fecenc_pattern_into_our_decoder(ts_file: Path, columns:
 
 async def test_gstreamer_fecenc_random_loss_into_our_decoder(ts_file: Path) -> None:
     require_tool("gst-inspect-1.0", "rtpst2022-1-fecenc")
-    drops = random_loss(10, 10, n_packets(ts_file), 0.03, seed=221)
+    drops = random_loss(10, 10, n_packets(ts_file), 0.08, seed=221)
     rebuilt, gone = await run_external_sender(gst_sender(ts_file, 10, 10), 10, 10, drops)
     assert rebuilt > 0 and rebuilt + gone == len(drops)
 
 
 async def test_gstreamer_fecenc_with_fec_loss_too(ts_file: Path) -> None:
     require_tool("gst-inspect-1.0", "rtpst2022-1-fecenc")
-    drops = random_loss(5, 4, n_packets(ts_file), 0.03, seed=7)
+    drops = random_loss(5, 4, n_packets(ts_file), 0.08, seed=7)
     fec_loss = {1: {"drop_rate": 0.1, "seed": 3}, 2: {"drop_rate": 0.1, "seed": 4}}
     rebuilt, gone = await run_external_sender(gst_sender(ts_file, 5, 4), 5, 4, drops, fec_drops=fec_loss)
     assert rebuilt > 0 and rebuilt + gone == len(drops)
@@ -206,7 +206,7 @@ async def test_ffmpeg_prompeg_pattern_into_our_decoder(ts_file: Path, columns: i
 
 async def test_ffmpeg_prompeg_random_loss_into_our_decoder(ts_file: Path) -> None:
     require_tool("ffmpeg", "-version")
-    drops = random_loss(10, 10, n_packets(ts_file), 0.03, seed=1)
+    drops = random_loss(10, 10, n_packets(ts_file), 0.08, seed=1)
     rebuilt, gone = await run_external_sender(ffmpeg_sender(ts_file, 10, 10), 10, 10, drops)
     assert rebuilt > 0 and rebuilt + gone == len(drops)
 
