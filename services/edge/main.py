@@ -19,7 +19,7 @@ from quart_trio import QuartTrio
 
 from appliance import __version__, systemd
 from appliance.config.store import EdgeConfigStore
-from appliance.errors import ConfigFileError
+from appliance.errors import ConfigFileError, PersistFailed
 from appliance.http.app import create_app, serve
 from services.edge.engine.supervisor import default_worker_count
 from services.edge.metrics import EdgeMetrics
@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigFileError as exc:
         print(f"mp-edge: {exc.message}", file=sys.stderr)
         raise SystemExit(2) from None
+    except PersistFailed as exc:  # e.g. a full disk while writing the first-start defaults
+        print(f"mp-edge: {exc.message}", file=sys.stderr)
+        raise SystemExit(1) from None
     host = args.listen_addr or config.server.listen_addr
     port = args.listen_port or config.server.listen_port
     tls = config.server.tls
