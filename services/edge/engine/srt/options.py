@@ -108,7 +108,8 @@ def apply_options(sock: int, leg: SrtLeg) -> None:
 def check_supported(leg: SrtLeg) -> None:
     """Raise InvalidInput (HTTP 400) when this libsrt cannot run ``leg``.
 
-    Checks the optional features against what the loaded library supports (probed:
+    An SrtInput/SrtOutput's ``redundancy`` leg is checked too. Checks the optional
+    features against what the loaded library supports (probed:
     aes-gcm needs libsrt >= 1.5.2 built with ENABLE_AEAD_API_PREVIEW, max_rexmit_bw
     needs >= 1.5.4 with ENABLE_MAXREXMITBW), then sets every option on a scratch
     socket, so that a combination libsrt refuses (say payload_size above mss - 44)
@@ -132,3 +133,9 @@ def check_supported(leg: SrtLeg) -> None:
         raise InvalidInput(f"invalid SRT settings: {exc.message}") from exc
     finally:
         b.close(sock)
+    second = getattr(leg, "redundancy", None)
+    if isinstance(second, SrtLeg):
+        try:
+            check_supported(second)
+        except InvalidInput as exc:
+            raise InvalidInput(f"redundancy leg: {exc.message}") from exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.errors import InvalidInput
-from appliance.models.config import SrtLeg
+from appliance.models.config import SrtLeg, SrtOutput
 from services.edge.engine.srt import binding as b
 from services.edge.engine.srt.options import apply_options, check_supported, socket_options
 
@@ -154,3 +154,16 @@ def test_library_info_reports_the_debian_build() -> None:
     info = b.library_info()
     assert info.version[:2] == (1, 5)
     assert info.name.startswith("libsrt")
+
+
+def test_the_redundancy_leg_is_checked_too() -> None:
+    output = SrtOutput(
+        id="o1",
+        name="out",
+        mode="caller",
+        local_addr="0.0.0.0:0",
+        remote_addr="127.0.0.1:9000",
+        redundancy=FULL_LEG.model_copy(update={"mss": 1000, "payload_size": 1456}),
+    )
+    with pytest.raises(InvalidInput, match=r"^redundancy leg: invalid SRT settings"):
+        check_supported(output)

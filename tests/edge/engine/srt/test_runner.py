@@ -262,3 +262,24 @@ async def test_input_listener_replaces_a_silent_caller_but_refuses_while_it_send
             nursery.cancel_scope.cancel()
     replaced = [e for e in events if isinstance(e, SrtPeerDisconnected)]
     assert replaced and replaced[0].reason.startswith("replaced by a new caller")
+
+
+async def test_rendezvous_runner_reconnects_each_time_the_far_end_comes_back() -> None:
+    a_port, b_port = free_udp_port(), free_udp_port()
+    runner = SrtLegRunner(
+        SrtLeg(mode="rendezvous", local_addr=f"127.0.0.1:{a_port}", remote_addr=f"127.0.0.1:{b_port}")
+    )
+    far = SrtLeg(mode="rendezvous", local_addr=f"127.0.0.1:{b_port}", remote_addr=f"127.0.0.1:{a_port}")
+    buf = bytearray(1500)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.run)
+            for round_ in range(3):
+                with await srt_connect(far) as sock:
+                    await wait_until(lambda: runner.state is SrtLegState.CONNECTED, 5)
+                    assert runner.send_nowait(message(round_)) == 1
+                    n = await sock.recv_into(buf)
+                    assert bytes(buf[:n]) == message(round_)
+                await wait_until(lambda: runner.state is SrtLegState.BROKEN, 5)
+            nursery.cancel_scope.cancel()
+    assert runner.connects == 3
