@@ -19,8 +19,8 @@ from .ts.tr101290 import Tr101290Analyzer
 
 # Below this many TS packets in one call the Python loop is cheaper than the numpy path's
 # fixed cost per batch. bench/analysis.py on this project's 2-core machine (busy, CPU time):
-# the two tie near 256 datagrams; at the engine's batches (<= 64 datagrams) Python is 1.5-8x
-# faster, so the engine always takes the Python path. See docs/analysis.md "Performance".
+# at the engine's batches (<= 64 datagrams) Python is 1.5-20x faster, and numpy at best ties
+# near 128-256 datagrams, so the engine always takes the Python path (docs/analysis.md).
 NUMPY_MIN_PACKETS = 1792
 IAT_WINDOW_S: Final = 1.0
 BITRATE_SAMPLE_S: Final = 0.25
@@ -90,39 +90,47 @@ class FlowAnalysis:
             if not payloads:
                 return
             self.datagrams += len(payloads)
+            total_bytes = sum(map(len, payloads))
+            if total_bytes < NUMPY_MIN_PACKETS * TS_PACKET_SIZE:
+                on_arrival = self._iat.on_arrival
+                tr = self._tr
+                jitter = self._rtp_jitter
+                index = self._index
+                for payload, arrival, stamp in zip(payloads, arrivals, rtp_timestamps, strict=False):
+                    on_arrival(arrival)
+                    if stamp is not None:
+                        self._has_rtp = True
+                        jitter.on_sample(arrival, stamp)
+                    n, rest = divmod(len(payload), TS_PACKET_SIZE)
+                    if rest:
+                        tr.truncated_packets += 1
+                    if n:
+                        tr.feed_packets(payload, n, arrival, index)
+                        index += n
+                self._index = index
+                self._after(arrivals[-1])
+                return
             lens = list(map(len, payloads))
             first_len = lens[0]
             uniform = first_len % TS_PACKET_SIZE == 0 and min(lens) == max(lens)
             total = (first_len // TS_PACKET_SIZE) * len(lens) if uniform else sum(lens) // TS_PACKET_SIZE
-            if total < NUMPY_MIN_PACKETS:
-                self._iat.on_arrival_batch(arrivals)
-                self._rtp_samples(arrivals, rtp_timestamps, None)
-                tr = self._tr
-                for payload, length, arrival in zip(payloads, lens, arrivals, strict=False):
-                    n, rest = divmod(length, TS_PACKET_SIZE)
-                    if rest:
-                        tr.truncated_packets += 1
-                    if n:
-                        tr.feed_packets(payload, n, arrival, self._index)
-                        self._index += n
+            times_dg = np.asarray(arrivals, dtype=np.float64)
+            self._iat.on_arrival_batch(arrivals)
+            self._rtp_samples(arrivals, rtp_timestamps, times_dg)
+            if uniform:
+                joined = b"".join(payloads)
+                per = first_len // TS_PACKET_SIZE
+                times = np.repeat(times_dg, per)
             else:
-                times_dg = np.asarray(arrivals, dtype=np.float64)
-                self._iat.on_arrival_batch(arrivals)
-                self._rtp_samples(arrivals, rtp_timestamps, times_dg)
-                if uniform:
-                    joined = b"".join(payloads)
-                    per = first_len // TS_PACKET_SIZE
-                    times = np.repeat(times_dg, per)
-                else:
-                    counts = [length // TS_PACKET_SIZE for length in lens]
-                    self._tr.truncated_packets += sum(1 for length in lens if length % TS_PACKET_SIZE)
-                    joined = b"".join(p[: n * TS_PACKET_SIZE] for p, n in zip(payloads, counts, strict=False))
-                    total = sum(counts)
-                    times = np.repeat(times_dg, counts)
-                if total:
-                    packets = np.frombuffer(joined, dtype=np.uint8).reshape(total, TS_PACKET_SIZE)
-                    self._tr.feed_array(packets, times, self._index)
-                    self._index += total
+                counts = [length // TS_PACKET_SIZE for length in lens]
+                self._tr.truncated_packets += sum(1 for length in lens if length % TS_PACKET_SIZE)
+                joined = b"".join(p[: n * TS_PACKET_SIZE] for p, n in zip(payloads, counts, strict=False))
+                total = sum(counts)
+                times = np.repeat(times_dg, counts)
+            if total:
+                packets = np.frombuffer(joined, dtype=np.uint8).reshape(total, TS_PACKET_SIZE)
+                self._tr.feed_array(packets, times, self._index)
+                self._index += total
             self._after(arrivals[-1])
         except Exception as exc:
             self._internal(exc)

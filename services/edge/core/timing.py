@@ -20,9 +20,28 @@ _BUCKET_S: Final = 0.1
 
 
 class IatMeter:
-    """Datagram inter-arrival times over the last ``window_s`` seconds (100 ms buckets)."""
+    """Datagram inter-arrival times over the last ``window_s`` seconds (100 ms buckets).
 
-    __slots__ = ("_buckets", "_count", "_last", "_max", "_min", "_n", "_sum")
+    The current bucket's figures live in plain attributes (the per-datagram cost is a few
+    compares); a finished bucket moves into a ring that ``stats`` folds in.
+    """
+
+    __slots__ = (
+        "_buckets",
+        "_count",
+        "_cur",
+        "_cur_count",
+        "_cur_end",
+        "_cur_max",
+        "_cur_min",
+        "_cur_start",
+        "_cur_sum",
+        "_last",
+        "_max",
+        "_min",
+        "_n",
+        "_sum",
+    )
 
     def __init__(self, window_s: float = 1.0) -> None:
         n = max(1, round(window_s / _BUCKET_S))
@@ -33,6 +52,30 @@ class IatMeter:
         self._sum = [0.0] * n
         self._count = [0] * n
         self._last: float | None = None
+        self._cur = -1
+        self._cur_start = 0.0
+        self._cur_end = 0.0  # an empty bucket: the first gap rolls
+        self._cur_min = 0.0
+        self._cur_max = 0.0
+        self._cur_sum = 0.0
+        self._cur_count = 0
+
+    def _roll(self, arrival: float) -> None:
+        if self._cur_count:
+            slot = self._cur % self._n
+            self._buckets[slot] = self._cur
+            self._min[slot] = self._cur_min
+            self._max[slot] = self._cur_max
+            self._sum[slot] = self._cur_sum
+            self._count[slot] = self._cur_count
+        bucket = int(arrival / _BUCKET_S)
+        self._cur = bucket
+        self._cur_start = bucket * _BUCKET_S
+        self._cur_end = self._cur_start + _BUCKET_S
+        self._cur_min = float("inf")
+        self._cur_max = 0.0
+        self._cur_sum = 0.0
+        self._cur_count = 0
 
     def on_arrival(self, arrival: float) -> None:
         """Record one datagram's arrival time (seconds, any monotonic origin)."""
@@ -43,21 +86,14 @@ class IatMeter:
         gap = arrival - last
         if gap < 0.0:  # kernel timestamps from two sockets may interleave: no negative gaps
             gap = 0.0
-        bucket = int(arrival / _BUCKET_S)
-        slot = bucket % self._n
-        if self._buckets[slot] != bucket:
-            self._buckets[slot] = bucket
-            self._min[slot] = gap
-            self._max[slot] = gap
-            self._sum[slot] = gap
-            self._count[slot] = 1
-            return
-        if gap < self._min[slot]:
-            self._min[slot] = gap
-        if gap > self._max[slot]:
-            self._max[slot] = gap
-        self._sum[slot] += gap
-        self._count[slot] += 1
+        if not self._cur_start <= arrival < self._cur_end:
+            self._roll(arrival)
+        if gap < self._cur_min:
+            self._cur_min = gap
+        if gap > self._cur_max:
+            self._cur_max = gap
+        self._cur_sum += gap
+        self._cur_count += 1
 
     def on_arrivals(self, arrivals: list[float]) -> None:
         for arrival in arrivals:
@@ -76,22 +112,13 @@ class IatMeter:
         gaps = [b - a for a, b in pairwise(arrivals if last is None else [last, *arrivals])]
         if not gaps:
             return
-        lo = max(0.0, min(gaps))
-        hi = max(0.0, max(gaps))
-        total = sum(g for g in gaps if g > 0.0)
-        bucket = int(arrivals[-1] / _BUCKET_S)
-        slot = bucket % self._n
-        if self._buckets[slot] != bucket:
-            self._buckets[slot] = bucket
-            self._min[slot] = lo
-            self._max[slot] = hi
-            self._sum[slot] = total
-            self._count[slot] = len(gaps)
-            return
-        self._min[slot] = min(self._min[slot], lo)
-        self._max[slot] = max(self._max[slot], hi)
-        self._sum[slot] += total
-        self._count[slot] += len(gaps)
+        end = arrivals[-1]
+        if not self._cur_start <= end < self._cur_end:
+            self._roll(end)
+        self._cur_min = min(self._cur_min, max(0.0, min(gaps)))
+        self._cur_max = max(self._cur_max, max(gaps))
+        self._cur_sum += sum(g for g in gaps if g > 0.0)
+        self._cur_count += len(gaps)
 
     def stats(self, now: float) -> tuple[float, float, float] | None:
         """(min, max, mean) gap in seconds over the window ending at ``now``; None when empty."""
@@ -103,12 +130,17 @@ class IatMeter:
         count = 0
         for slot in range(self._n):
             b = self._buckets[slot]
-            if b < oldest or b > newest or not self._count[slot]:
+            if b < oldest or b > newest or b == self._cur or not self._count[slot]:
                 continue
             lo = min(lo, self._min[slot])
             hi = max(hi, self._max[slot])
             total += self._sum[slot]
             count += self._count[slot]
+        if self._cur_count and oldest <= self._cur <= newest:
+            lo = min(lo, self._cur_min)
+            hi = max(hi, self._cur_max)
+            total += self._cur_sum
+            count += self._cur_count
         if not count:
             return None
         return lo, hi, total / count
