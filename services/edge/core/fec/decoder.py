@@ -13,9 +13,12 @@ A rebuilt packet can complete another row or column, so recovery iterates until 
 a 2-D matrix repairs any burst up to L consecutive packets, and many patterns beyond (not an
 L x 2 rectangle, nor 2 losses in one row and in one column both).
 
-Output is released in order; a missing packet is waited for ``reorder_window_s`` after the first
-packet beyond it arrived (set it above two matrix durations: column FEC comes up to a matrix
-after the matrix it protects), then counted in ``counters.unrecoverable`` and skipped.
+Output is released in order; a missing packet is waited for the reorder window after the first
+packet beyond it arrived, then counted in ``counters.unrecoverable`` and skipped. Column FEC comes
+up to a matrix after the matrix it protects, so the window must exceed about two matrix durations:
+by default (``reorder_window_s=None``) it follows the measured packet rate, 3 x L x D packet times,
+kept within ``MIN_AUTO_WINDOW_S`` .. ``max_reorder_window_s`` (0.25 s until a rate is known); a
+number fixes it.
 
 Accepts what real encoders send: media SSRC 0 and FEC PT 96 (GStreamer ``rtpst2022-1-fecenc``),
 ffmpeg ``prompeg``'s P/X/CC bits in the FEC RTP header; the matrix dimensions are taken from each
@@ -37,7 +40,10 @@ MIN_COLUMNS: Final = 1
 MAX_COLUMNS: Final = 20
 MIN_ROWS: Final = 4
 MAX_ROWS: Final = 20
-DEFAULT_REORDER_WINDOW_S: Final = 0.250
+DEFAULT_REORDER_WINDOW_S: Final = 0.250  # until the packet rate is known (adaptive mode)
+MIN_AUTO_WINDOW_S: Final = 0.100
+MAX_AUTO_WINDOW_S: Final = 2.0
+_RATE_BLOCK: Final = 64  # media packets per rate measurement
 # RFC 3550 A.1: a jump larger than this, or further back than the ring, is a new stream only if
 # the next packet confirms it; until then such a packet is counted and dropped.
 MAX_DROPOUT: Final = 3000
@@ -93,8 +99,11 @@ class FecDecoder:
     - ``pop_output() -> bytes | None``: the next media datagram in sequence order.
     - ``get_timer() -> float | None`` / ``handle_timer(now)``: when a wait for a missing packet
       ends; call ``handle_timer`` then (and any time: it is idempotent).
-    - ``flush()``: release everything held now (end of stream).
+    - ``flush()``: rebuild what can be and release everything held now (end of stream).
+    - ``reorder_window_s``: the window in force (adaptive unless given to the constructor).
     - ``counters``: ``FecDecoderCounters``.
+
+    Raises ``ValueError`` only for L or D out of range (a caller bug).
     """
 
     def __init__(
@@ -102,7 +111,8 @@ class FecDecoder:
         columns: int,
         rows: int,
         *,
-        reorder_window_s: float = DEFAULT_REORDER_WINDOW_S,
+        reorder_window_s: float | None = None,
+        max_reorder_window_s: float = MAX_AUTO_WINDOW_S,
         capacity: int = DEFAULT_CAPACITY,
     ) -> None:
         if not MIN_COLUMNS <= columns <= MAX_COLUMNS:
@@ -112,7 +122,13 @@ class FecDecoder:
         self.columns = columns
         self.rows = rows
         self.counters = FecDecoderCounters()
-        self._buffer = ReorderBuffer(reorder_window_s, capacity=capacity, on_lost=self._on_lost)
+        self._auto_window = reorder_window_s is None
+        self._max_window_s = max_reorder_window_s
+        window = DEFAULT_REORDER_WINDOW_S if reorder_window_s is None else reorder_window_s
+        self._buffer = ReorderBuffer(window, capacity=capacity, on_lost=self._on_lost)
+        self._block_start: float | None = None
+        self._block_count = 0
+        self._rate_pps: float | None = None
         self._waiting: dict[int, list[_FecEntry]] = {}  # missing member -> FEC needing it
         # Rebuildable packets not yet overdue: nothing later has arrived, so the original may
         # still be in flight (a row FEC packet can overtake the last packet of its row).
@@ -132,6 +148,8 @@ class FecDecoder:
             self.counters.media_malformed += 1
             return
         self.counters.media_received += 1
+        if self._auto_window:
+            self._measure_rate(now)
         buf = self._buffer
         if self._ssrc is not None and header.ssrc != self._ssrc:
             self._resync()
@@ -216,6 +234,11 @@ class FecDecoder:
             return out.popleft()
         return None
 
+    @property
+    def reorder_window_s(self) -> float:
+        """The reorder window in force (it follows the packet rate unless it was fixed)."""
+        return self._buffer.window_s
+
     def get_timer(self) -> float | None:
         """When ``handle_timer`` must next run, or None."""
         deadline = self._buffer.deadline
@@ -240,6 +263,23 @@ class FecDecoder:
         self._deferred_at.clear()
 
     # -- internals --------------------------------------------------------------------------
+    def _measure_rate(self, now: float) -> None:
+        # Adaptive window: 3 x L x D packet times at the rate of the last block of packets.
+        if self._block_start is None:
+            self._block_start = now
+            return
+        self._block_count += 1
+        if self._block_count < _RATE_BLOCK:
+            return
+        elapsed = now - self._block_start
+        self._block_start, self._block_count = now, 0
+        if elapsed <= 0:
+            return
+        rate = _RATE_BLOCK / elapsed
+        self._rate_pps = rate if self._rate_pps is None else 0.75 * self._rate_pps + 0.25 * rate
+        window = 3.0 * self.columns * self.rows / self._rate_pps
+        self._buffer.window_s = min(self._max_window_s, max(MIN_AUTO_WINDOW_S, window))
+
     def _release(self, now: float) -> None:
         self._buffer.release(now)
 

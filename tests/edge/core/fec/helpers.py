@@ -47,7 +47,7 @@ def run_pair(
     drop_column: Iterable[int] = (),
     drop_row: Iterable[int] = (),
     row_fec: bool = True,
-    window_s: float = 10.0,
+    window_s: float | None = 10.0,
     step_s: float = 0.001,
 ) -> tuple[list[bytes], FecDecoder]:
     """Encode ``packets``, drop by index (media) / FEC packet number, decode; return the output."""
@@ -79,7 +79,7 @@ def run_pair(
             out.append(o)
     enc.flush()
     drain_fec()
-    now += window_s + 1
+    now += (window_s or 2.0) + 1
     dec.handle_timer(now)
     while (o := dec.pop_output()) is not None:
         out.append(o)

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.edge.core.fec import FecDecoder, FecEncoder, parse_fec
+from services.edge.core.fec.decoder import MIN_AUTO_WINDOW_S
 from tests.edge.core.fec.helpers import media, run_pair, stream
 
 EDGE_SIZES = [*itertools.product((1, 2, 20), (4, 20)), (10, 10), (5, 4)]
@@ -380,3 +381,20 @@ def test_any_loss_pattern_matches_the_peeling_model(
     assert dec.counters.recovered == len(rebuilt)
     assert dec.counters.unrecoverable == len(drops) - len(rebuilt)
     assert out == [p for i, p in enumerate(packets) if i not in drops or i in rebuilt]
+
+
+def test_the_default_window_follows_the_packet_rate() -> None:
+    # 20 x 20 column-only at 1000 packets/s: a loss early in a matrix needs its column FEC, which
+    # comes during the next matrix, up to ~0.8 s later: more than a fixed 0.25 s window allows.
+    columns, rows = 20, 20
+    packets = stream(0, 4 * columns * rows, size=32)
+    drop = [columns * rows + 1]
+    _, fixed = run_pair(packets, columns, rows, drop_media=drop, row_fec=False, window_s=0.25)
+    assert (fixed.counters.recovered, fixed.counters.unrecoverable) == (0, 1)
+    out, auto = run_pair(packets, columns, rows, drop_media=drop, row_fec=False, window_s=None)
+    assert out == packets and auto.counters.recovered == 1
+    assert auto.reorder_window_s == pytest.approx(1.2, rel=0.01)  # 3 x 400 packets at 1 ms each
+    fast = FecDecoder(4, 4)
+    for i in range(1000):
+        fast.on_media(memoryview(media(i, size=8)), i * 1e-5)  # 100 000 packets/s
+    assert fast.reorder_window_s == MIN_AUTO_WINDOW_S
