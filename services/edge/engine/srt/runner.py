@@ -16,7 +16,14 @@ Roles:
 
 Modes: ``caller`` / ``rendezvous`` reconnect with backoff (``BACKOFF_INITIAL_S``
 doubling to ``BACKOFF_MAX_S``; the first retry after a lost connection is immediate),
-``listener`` accepts up to ``max_peers`` callers and refuses (closes) the rest.
+``listener`` accepts up to ``max_peers`` callers and refuses (closes) the rest; an
+input holds an extra caller for ``contend_s`` and takes it once a current caller has
+been silent for ``STALE_INPUT_S`` (a restarted encoder whose old connection has not
+timed out yet).
+
+Dead peers: libsrt 1.5.1 notices a peer that vanished without a shutdown only after
+~5 s whatever SRTO_PEERIDLETIMEO says; in the send role a watchdog closes a peer that
+answered nothing for ``peer_idle_timeout_secs`` while we were sending.
 
 Leg state (``state``): ``connecting`` until the first connection, ``connected`` while
 at least one peer is connected, ``broken`` after the last peer went away (the runner is
