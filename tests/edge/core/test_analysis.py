@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import random
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def test_snapshot_builds_the_models(analysis_feed: Feeder) -> None:
     times = [i * 0.01 for i in range(len(datagrams))]
     analysis_feed(fa, datagrams, times)
     snap = fa.snapshot(times[-1])
+    assert json.loads(json.dumps(snap)) == snap  # JSON-ready: plain ints, floats, None
     tr = Tr101290Stats(**snap["tr101290"])  # type: ignore[arg-type]
     assert tr.ts_packets_analyzed == 280
     assert tr.pat_count == 40 and tr.pmt_count == 40
