@@ -106,15 +106,6 @@ class SrtPeerRefused:
 SrtLegEvent = SrtPeerConnected | SrtPeerDisconnected | SrtConnectFailed | SrtPeerRefused
 EventFn = Callable[[SrtLegEvent], None]
 
-_ZERO_STATS: Final[dict[str, float | int | str]] = {
-    "rtt_ms": 0.0,
-    "send_rate_mbps": 0.0,
-    "recv_rate_mbps": 0.0,
-    "pkt_loss_total": 0,
-    "pkt_retransmit_total": 0,
-    "uptime_ms": 0,
-}
-
 
 def _fmt(addr: tuple[str, int]) -> str:
     host, port = addr
@@ -155,7 +146,9 @@ class SrtLegRunner:
         self.connects = 0
         self.disconnects = 0
         self.refused = 0
-        self._retired_stats: dict[str, float | int | str] | None = None
+        self._retired_loss = 0  # totals of connections already gone
+        self._retired_retransmits = 0
+        self._last_rtt_ms = 0.0
         self._last_rx: dict[int, float] = {}  # socket id → when it last delivered (receive role)
         self._contenders: set[int] = set()
         self.contend_s = CONTEND_S
@@ -196,17 +189,25 @@ class SrtLegRunner:
     def stats(self) -> dict[str, float | int | str]:
         """The leg's SRT statistics (interface: SRT leg statistics).
 
-        One peer: its figures. Several viewers: rates, losses and retransmits summed,
-        the worst ``rtt_ms`` and the longest ``uptime_ms``. No peer: the last connection's
-        totals with zero rates, and the leg state.
+        ``pkt_loss_total`` and ``pkt_retransmit_total`` count over the runner's life (every
+        connection, so they never go back on a reconnect). The rest describes the current
+        connection(s): several viewers sum their rates, report the worst ``rtt_ms`` and the
+        longest ``uptime_ms``. No peer: zero rates and uptime, the last RTT, the leg state.
         """
         samples = [peer.stats() for peer in self._peers]
-        if not samples:
-            out = dict(self._retired_stats or _ZERO_STATS)
-            out["send_rate_mbps"] = out["recv_rate_mbps"] = 0.0
-            out["uptime_ms"] = 0
-            out["state"] = str(self.state)
-            return out
+        if samples:
+            rtt = max(float(s["rtt_ms"]) for s in samples)
+        else:
+            rtt = self._last_rtt_ms
+        return {
+            "state": str(self.state),
+            "rtt_ms": rtt,
+            "send_rate_mbps": sum(float(s["send_rate_mbps"]) for s in samples),
+            "recv_rate_mbps": sum(float(s["recv_rate_mbps"]) for s in samples),
+            "pkt_loss_total": self._retired_loss + sum(int(s["pkt_loss_total"]) for s in samples),
+            "pkt_retransmit_total": self._retired_retransmits + sum(int(s["pkt_retransmit_total"]) for s in samples),
+            "uptime_ms": max((int(s["uptime_ms"]) for s in samples), default=0),
+        }
         out = {
             "state": str(self.state),
             "rtt_ms": max(float(s["rtt_ms"]) for s in samples),
@@ -363,7 +364,10 @@ class SrtLegRunner:
     def _retire(self, sock: SrtSocket) -> None:
         if sock in self._peers:
             self._peers.remove(sock)
-        self._retired_stats = sock.sample_stats()
+        final = sock.sample_stats()
+        self._retired_loss += int(final["pkt_loss_total"])
+        self._retired_retransmits += int(final["pkt_retransmit_total"])
+        self._last_rtt_ms = float(final["rtt_ms"])
         sock.close()
         if not self._peers and self.state is SrtLegState.CONNECTED:
             self.state = SrtLegState.BROKEN
