@@ -5,12 +5,14 @@ Theory of operation
 The analyser is fed whole 188-byte TS packets with their arrival time (monotonic seconds, the
 caller's clock, style H2) and a running packet index. Two paths give the same counters:
 
-* ``feed_packets`` walks the packets in Python. Each packet costs a header read, a continuity
-  check and a few list look-ups; it is the faster path for a handful of packets.
+* ``feed_packets`` walks the packets of one datagram in Python. Each packet costs a header read,
+  a continuity check and a few list look-ups; a datagram of one PID in counter order (most of a
+  video flow) is checked as four byte strides instead. The engine's path: bench/analysis.py
+  measured it faster than numpy at every batch size the engine uses (docs/analysis.md).
 * ``feed_array`` takes a batch as a numpy ``(n, 188)`` array and does the per-packet work
   (sync byte, TEI, per-PID counts, continuity) as array operations: the continuity check sorts
   the batch by PID (stable, so stream order holds within a PID) and compares each packet with
-  its predecessor on the same PID.
+  its predecessor on the same PID. Used for very large batches (capture replay).
 
 Both hand the rare packets (PSI sections, PCRs, PES starts, packets the media analyser asked
 for, scrambled packets before a CAT) to the same Python code in stream order, so everything
