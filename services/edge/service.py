@@ -18,8 +18,9 @@ import trio
 
 from appliance import errors
 from appliance.config.store import EdgeConfigStore, ensure_jwt_secret, merge_kept_secrets, public_config
-from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig
+from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig, SrtInput, SrtOutput
 from appliance.models.stats import FlowState, StatsSnapshot
+from services.edge.engine.srt_io import check_supported as check_srt_supported
 from services.edge.engine.supervisor import Engine, EngineError
 from services.edge.stats import StatsAggregator
 
@@ -45,14 +46,16 @@ class EngineFailed(errors.Internal):
     """The engine could not do what was asked (500, the engine's reason in the text)."""
 
 
-SUPPORTED_INPUTS: Final = frozenset({"rtp", "udp"})
-SUPPORTED_OUTPUTS: Final = frozenset({"rtp", "udp"})
+SUPPORTED_INPUTS: Final = frozenset({"rtp", "udp", "srt"})
+SUPPORTED_OUTPUTS: Final = frozenset({"rtp", "udp", "srt"})
 
 
 def check_supported(flow: FlowConfig) -> None:
     """InvalidInput for input or output kinds this build's engine does not carry yet."""
     if flow.input.type not in SUPPORTED_INPUTS:
         raise errors.InvalidInput(f"input type '{flow.input.type}' is not supported by this edge yet")
+    if isinstance(flow.input, SrtInput):
+        check_srt_supported(flow.input)  # 400 for what the installed libsrt cannot do
     for output in flow.outputs:
         check_output_supported(output)
 
@@ -60,6 +63,8 @@ def check_supported(flow: FlowConfig) -> None:
 def check_output_supported(output: OutputConfig) -> None:
     if output.type not in SUPPORTED_OUTPUTS:
         raise errors.InvalidInput(f"output type '{output.type}' is not supported by this edge yet")
+    if isinstance(output, SrtOutput):
+        check_srt_supported(output)
 
 
 class EdgeService:

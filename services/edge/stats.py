@@ -89,6 +89,11 @@ class StatsAggregator:
             runtime = self.flows.get(flow_id)
             if runtime is None or runtime.state is not FlowState.RUNNING:
                 continue
+            if not runtime.history:
+                # A zero baseline at the start, so errors counted before the first report
+                # fall inside the health window (a 0.1 s burst of CC errors must not read Healthy).
+                start = runtime.started_at if runtime.started_at is not None else now
+                runtime.history.append(_Sample(at=min(start, now), bytes_in=0, lost=0, sync_loss=0, p1=0, p2=0, bytes_out={}))
             runtime.counters = counters
             tr = (counters.get("analysis") or {}).get("tr101290") or {}
             inp = counters.get("input") or {}

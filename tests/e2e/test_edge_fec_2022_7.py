@@ -130,9 +130,12 @@ def test_fec_encode_output_is_decodable(tmp_path: Path) -> None:
         assert api.post("/api/v1/flows", json=flow).status_code == 200
         send_paced([(p, port_in) for p in packets], pps=2000)
         wait_for(lambda: len(media.datagrams) >= len(packets), timeout=10)
-        time.sleep(0.5)
-        stats = api.get("/api/v1/stats/enc1").json()["data"]
-    assert stats["outputs"][0]["fec_packets_sent"] == len(col.datagrams) + len(row.datagrams) > 0
+        # The edge's count and what the sinks got agree once both have settled.
+        wait_for(
+            lambda: api.get("/api/v1/stats/enc1").json()["data"]["outputs"][0]["fec_packets_sent"]
+            == len(col.datagrams) + len(row.datagrams) > 0,
+            timeout=10,
+        )
     # Our decoder rebuilds a dropped packet from the edge's FEC alone.
     decoder = FecDecoder(columns, rows)
     for i, p in enumerate(media.datagrams):

@@ -25,14 +25,19 @@ from typing import Final
 
 import trio
 
-from appliance.models.config import FlowConfig, OutputConfig, RtpInput, UdpInput, split_host_port
+from appliance.models.config import FlowConfig, OutputConfig, RtpInput, SrtInput, SrtOutput, UdpInput, split_host_port
 from appliance.netio import BatchReceiver
 from services.edge.core.analysis import FlowAnalysis
+from services.edge.core.dedup import PayloadMerger
 from services.edge.core.fec import FecDecoder
 from services.edge.core.merge2022_7 import HitlessMerger, LegLost, LegRestored
 from services.edge.core.rtp import parse_rtp
 from services.edge.core.seq import SequenceTracker
+from services.edge.engine.srt import SrtLegRunner
+from services.edge.engine.srt_io import SrtOutputDriver, legs_of, log_event, start_runners
 from services.edge.engine.udp import TS_PACKET, FlowStartError, UdpOutputDriver, open_input_socket
+
+OutputDriver = UdpOutputDriver | SrtOutputDriver
 
 _log = logging.getLogger("mediaplane.engine")
 RECV_BATCH: Final = 64
@@ -69,14 +74,14 @@ class FlowRuntime:
     """A started flow in this worker. ``run`` binds, reports started, then pumps."""
 
     def __init__(self, config: FlowConfig, on_failed: Callable[[str, str], None]) -> None:
-        if not isinstance(config.input, (RtpInput, UdpInput)):
+        if not isinstance(config.input, (RtpInput, UdpInput, SrtInput)):
             raise FlowStartError(f"input type {config.input.type!r} is not supported by this engine yet")
         self.config = config
         self.flow_id = config.id
-        self.input_config: RtpInput | UdpInput = config.input
+        self.input_config: RtpInput | UdpInput | SrtInput = config.input
         self.is_rtp = isinstance(config.input, RtpInput)
         self.scope = trio.CancelScope()
-        self.outputs: list[UdpOutputDriver] = []
+        self.outputs: list[OutputDriver] = []
         self.analysis = FlowAnalysis(
             media_analysis=config.media_analysis,
             tr07_mode=getattr(config.input, "tr07_mode", False),
@@ -94,6 +99,20 @@ class FlowRuntime:
         self._bucket: TokenBucket | None = None
         self.merger: HitlessMerger | None = None
         self.decoder: FecDecoder | None = None
+        self.srt_runners: list[SrtLegRunner] = []
+        self.payload_merger: PayloadMerger | None = None
+        if isinstance(self.input_config, SrtInput):
+            legs = legs_of(self.input_config)
+            self.srt_runners = [
+                SrtLegRunner(leg, sink=self._srt_sink(i), max_peers=1, on_event=log_event(config.id, "input", i))
+                for i, leg in enumerate(legs)
+            ]
+            if len(legs) == 2:
+                # Two independent connections: RTP-wrapped TS merges on the sequence number
+                # (2022-7 style), raw TS on the payload.
+                self.merger = HitlessMerger()
+                # The copies of one message can be apart by the legs' latency difference.
+                self.payload_merger = PayloadMerger(window_s=1.0 + 2 * max(leg.latency_ms for leg in legs) / 1000)
         if isinstance(self.input_config, RtpInput):
             rtp = self.input_config
             if rtp.allowed_sources:
@@ -118,6 +137,8 @@ class FlowRuntime:
     def _open_sockets(self) -> list[tuple[socket.socket, str]]:
         """Every input socket with its role: ``leg0``, ``leg1``, ``fec_col``, ``fec_row``."""
         inp = self.input_config
+        if isinstance(inp, SrtInput):
+            return []
         plan = [(inp.bind_addr, inp.interface_addr, "leg0")]
         if isinstance(inp, RtpInput):
             if inp.redundancy is not None:
@@ -140,40 +161,50 @@ class FlowRuntime:
         return sockets
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Bind the inputs and open the outputs (errors come out of ``nursery.start``), then pump."""
+        """Bind the inputs and start the outputs, report started, then pump until cancelled.
+
+        Anything that fails before ``task_status.started()`` (a bind, an SRT option libsrt
+        refuses) comes out of ``nursery.start`` as a FlowStartError, so the API answers it;
+        a failure after that is the flow's ``Error`` state (``on_failed``), never the worker's.
+        """
+        started = False
         with self.scope:
             sockets = self._open_sockets()
             try:
                 for output in self.config.outputs:
                     self.outputs.append(self._open_output(output))
-            except FlowStartError:
-                for sock, _ in sockets:
-                    sock.close()
-                self._close_outputs()
-                raise
-            try:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
-                    for output in self.outputs:
-                        nursery.start_soon(output.run_writer)
+                    for driver in self.outputs:
+                        await nursery.start(driver.serve)
+                    await start_runners(self.srt_runners, nursery, "input")
+                    if self.srt_runners and self.merger is not None:
+                        nursery.start_soon(self._timers)
                     if self.merger is not None or self.decoder is not None:
-                        nursery.start_soon(self._pump_protected, sockets)
+                        if sockets:
+                            nursery.start_soon(self._pump_protected, sockets)
                     else:
                         for sock, role in sockets:
                             nursery.start_soon(self._pump, sock, role)
                     task_status.started()
+                    started = True
             except Exception as exc:  # the flow boundary (style §3): the flow fails, the worker runs on
+                leaf = _first_leaf(exc)
+                if not started:
+                    raise leaf if isinstance(leaf, FlowStartError) else FlowStartError(str(leaf)) from exc
                 _log.error("flow %s failed", self.flow_id, exc_info=exc)
-                self._on_failed(self.flow_id, f"input failed: {exc}")
+                self._on_failed(self.flow_id, f"input failed: {leaf}")
             finally:
                 for sock, _ in sockets:
                     sock.close()
                 self._close_outputs()
 
-    def _open_output(self, config: OutputConfig) -> UdpOutputDriver:
+    def _open_output(self, config: OutputConfig) -> OutputDriver:
+        if isinstance(config, SrtOutput):
+            return SrtOutputDriver(config, self.flow_id)
         if config.type not in ("rtp", "udp"):
             raise FlowStartError(f"output type {config.type!r} is not supported by this engine yet")
-        driver = UdpOutputDriver(config, input_is_rtp=self.is_rtp, ssrc=self._ssrc)  # type: ignore[arg-type]
+        driver = UdpOutputDriver(config, ssrc=self._ssrc)  # type: ignore[arg-type]
         driver.open()
         return driver
 
@@ -184,13 +215,17 @@ class FlowRuntime:
         for output in self.outputs:
             output.close()
 
-    def add_output(self, config: OutputConfig) -> None:
-        """Hot-add: open the output and append it; the input loop picks it up on its next batch."""
+    async def add_output(self, config: OutputConfig) -> None:
+        """Hot-add: start the output and append it; the input loop picks it up on its next batch."""
         if any(o.output_id == config.id for o in self.outputs):
             raise FlowStartError(f"output {config.id!r} exists in flow {self.flow_id!r}")
         driver = self._open_output(config)
         assert self._nursery is not None
-        self._nursery.start_soon(driver.run_writer)
+        try:
+            await self._nursery.start(driver.serve)
+        except BaseException:
+            driver.close()
+            raise
         # A new list, so an iteration in progress is not disturbed.
         self.outputs = [*self.outputs, driver]
 
@@ -260,6 +295,50 @@ class FlowRuntime:
                     assert decoder is not None
                     decoder.on_media(memoryview(data), arrival)
             self._release(now, timers=True)
+            self._finish_batch()
+            self._drain_merger_events()
+
+    def _srt_sink(self, leg: int) -> Callable[[memoryview], None]:
+        def sink(message: memoryview) -> None:
+            self._on_srt_message(leg, message)
+
+        return sink
+
+    def _on_srt_message(self, leg: int, message: memoryview) -> None:
+        """One SRT message: raw TS (7 x 188) or RTP carrying TS, told apart per message."""
+        arrival = time.monotonic()
+        size = len(message)
+        self.packets_received += 1
+        self.bytes_received += size
+        if size and message[0] == 0x47 and size % TS_PACKET == 0:
+            if self.payload_merger is not None and not self.payload_merger.accept(leg, message, arrival):
+                return
+            self.last_arrival = arrival
+            datagram = bytes(message)
+            payload = memoryview(datagram)
+            self._payloads.append(payload)
+            self._times.append(arrival)
+            self._rtp_times.append(None)
+            for output in self.outputs:
+                output.offer(None, payload, arrival)
+        else:
+            header = parse_rtp(message)
+            if header is None or not _is_ts(header.payload_offset, header.payload_end):
+                self.packets_filtered += 1  # neither raw TS nor RTP carrying whole TS packets
+                return
+            self.last_arrival = arrival
+            if self.merger is not None:
+                self.merger.feed(leg, message, arrival)
+                self._release(arrival)
+            else:
+                self._emit(bytes(message), arrival)
+        self._finish_batch()
+
+    async def _timers(self) -> None:
+        """SRT redundancy over RTP: release what the merger holds once its deadlines pass."""
+        while True:
+            await trio.sleep(TIMER_TICK_S)
+            self._release(time.monotonic(), timers=True)
             self._finish_batch()
             self._drain_merger_events()
 
@@ -344,7 +423,7 @@ class FlowRuntime:
             times.append(arrival)
             rtp_times.append(None)
             for output in outputs:
-                output.offer(datagram, payload, arrival)
+                output.offer(None, payload, arrival)
 
     def _finish_batch(self) -> None:
         """Analyse what this batch emitted and send every output's queue."""
@@ -384,21 +463,40 @@ class FlowRuntime:
                 "switches": m.redundancy_switches,
                 "lost_on_both": m.packets_lost,
             }
+        input_state = "receiving" if receiving else ("listening" if self.packets_received == 0 else "waiting")
+        srt_stats = [runner.stats() for runner in self.srt_runners]
+        if srt_stats:
+            states = [str(s["state"]) for s in srt_stats]
+            input_state = "connected" if "connected" in states else states[0]
+        switches = merger.counters.redundancy_switches if merger is not None else 0
+        if self.payload_merger is not None:
+            switches += self.payload_merger.counters.switches
+            pm = self.payload_merger.counters
+            redundancy = {**(redundancy or {}), "payload_merge": {"received": list(pm.received), "redundant": pm.redundant}}
         return {
             "input": {
-                "state": "receiving" if receiving else ("listening" if self.packets_received == 0 else "waiting"),
+                "state": input_state,
+                "srt_stats": srt_stats[0] if srt_stats else None,
+                "srt_leg2_stats": srt_stats[1] if len(srt_stats) > 1 else None,
                 "packets_received": self.packets_received,
                 "bytes_received": self.bytes_received,
                 "packets_lost": self.sequence.lost,
                 "packets_filtered": self.packets_filtered,
                 "packets_recovered_fec": decoder.counters.recovered if decoder is not None else 0,
-                "redundancy_switches": merger.counters.redundancy_switches if merger is not None else 0,
+                "redundancy_switches": switches,
                 "fec": fec,
                 "redundancy": redundancy,
             },
             "outputs": [output.counters() for output in self.outputs],
             "analysis": snapshot,
         }
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first non-group exception inside ``exc``."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _is_ts(start: int, end: int) -> bool:

@@ -76,11 +76,10 @@ def open_input_socket(bind_addr: str, interface_addr: str | None) -> socket.sock
 class UdpOutputDriver:
     """An ``rtp`` or ``udp`` output: one destination (two with 2022-7 ``redundancy``)."""
 
-    def __init__(self, config: RtpOutput | UdpOutput, *, input_is_rtp: bool, ssrc: int) -> None:
+    def __init__(self, config: RtpOutput | UdpOutput, *, ssrc: int) -> None:
         self.config = config
         self.output_id = config.id
         self.strip_rtp = config.type == "udp"
-        self.input_is_rtp = input_is_rtp
         self.packets_sent = 0
         self.bytes_sent = 0
         self.packets_dropped = 0
@@ -162,14 +161,15 @@ class UdpOutputDriver:
 
     # ------------------------------------------------------------------ data path
 
-    def offer(self, datagram: bytes, payload: memoryview, arrival: float) -> None:
-        """Queue one input datagram (``payload`` is its TS part); never waits."""
+    def offer(self, datagram: bytes | None, payload: memoryview, arrival: float) -> None:
+        """Queue one input unit without waiting: an RTP ``datagram`` with ``payload`` its TS
+        part, or ``datagram=None`` for raw TS (a udp input, an SRT message without RTP)."""
         if self.strip_rtp:
             if len(payload) == TS_DATAGRAM and not self._ts_carry:
                 self._enqueue(payload)
             else:
                 self._repack(payload)
-        elif self.input_is_rtp:
+        elif datagram is not None:
             self._enqueue(datagram)
             if self._fec is not None:
                 self._protect(datagram, arrival)
@@ -265,6 +265,11 @@ class UdpOutputDriver:
             if index == 0:
                 sent_primary = sent
         return sent_primary
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The output's task: ready at once (``open`` bound it), then drains backlogs."""
+        task_status.started()
+        await self.run_writer()
 
     async def run_writer(self) -> None:
         """Drain a backlog when the kernel buffer had no room (runs for the output's life)."""

@@ -84,7 +84,7 @@ class Worker:
 
     async def _add_output(self, message: dict[str, Any]) -> None:
         runtime = self._flow(message)
-        runtime.add_output(_OUTPUT.validate_python(message["output"]))
+        await runtime.add_output(_OUTPUT.validate_python(message["output"]))
 
     async def _remove_output(self, message: dict[str, Any]) -> None:
         runtime = self._flow(message)

@@ -28,11 +28,11 @@ def drain(sock: socket.socket) -> list[bytes]:
 
 def test_a_full_queue_drops_and_counts() -> None:
     sock, port = receiver()
-    driver = UdpOutputDriver(UdpOutput(id="o", name="o", dest_addr=f"127.0.0.1:{port}"), input_is_rtp=True, ssrc=1)
+    driver = UdpOutputDriver(UdpOutput(id="o", name="o", dest_addr=f"127.0.0.1:{port}"), ssrc=1)
     driver.open()
     payload = memoryview(b"\x47" + bytes(1315))
     for _ in range(OUTPUT_QUEUE_PACKETS + 500):  # the input never waits: the overflow is dropped
-        driver.offer(b"", payload, 0.0)
+        driver.offer(b"rtp", payload, 0.0)
     assert driver.packets_dropped == 500
     driver.flush()
     assert driver.packets_sent == OUTPUT_QUEUE_PACKETS
@@ -43,11 +43,11 @@ def test_a_full_queue_drops_and_counts() -> None:
 
 def test_udp_output_repacks_ts_into_1316_byte_datagrams() -> None:
     sock, port = receiver()
-    driver = UdpOutputDriver(UdpOutput(id="o", name="o", dest_addr=f"127.0.0.1:{port}"), input_is_rtp=True, ssrc=1)
+    driver = UdpOutputDriver(UdpOutput(id="o", name="o", dest_addr=f"127.0.0.1:{port}"), ssrc=1)
     driver.open()
     ts = bytes(range(188)) * 10
     for chunk in (ts[: 188 * 3], ts[188 * 3 : 188 * 10]):  # 3 then 7 TS packets
-        driver.offer(b"", memoryview(chunk), 0.0)
+        driver.offer(None, memoryview(chunk), 0.0)
     driver.flush()
     got = drain(sock)
     assert got == [ts[: 1316]]  # 3 packets stay in the carry until 7 are there
@@ -59,7 +59,7 @@ def test_rtp_output_with_redundancy_sends_to_both_legs() -> None:
     a, port_a = receiver()
     b, port_b = receiver()
     config = RtpOutput(id="o", name="o", dest_addr=f"127.0.0.1:{port_a}", redundancy={"dest_addr": f"127.0.0.1:{port_b}"})
-    driver = UdpOutputDriver(config, input_is_rtp=True, ssrc=1)
+    driver = UdpOutputDriver(config, ssrc=1)
     driver.open()
     packets = [bytes([0x80, 33, 0, i]) + bytes(8) + b"\x47" * 188 for i in range(10)]
     for p in packets:

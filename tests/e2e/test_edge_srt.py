@@ -1,0 +1,198 @@
+"""SRT flows through a real mp-edge against Debian's srt-live-transmit (interop)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
+from tests.helpers.media import TsSource, UdpSink, rtp_stream, send_datagrams
+
+pytestmark = [pytest.mark.e2e, pytest.mark.interop]
+SLT = shutil.which("srt-live-transmit")
+PASSPHRASE = "correct-horse-42"
+
+
+@pytest.fixture(autouse=True)
+def need_slt() -> None:
+    if SLT is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("srt-live-transmit (srt-tools) is missing in CI")
+        pytest.skip("srt-live-transmit (srt-tools) is not installed")
+
+
+@pytest.fixture
+def edge(tmp_path: Path) -> Iterator[Edge]:
+    with running_edge(tmp_path) as edge:
+        yield edge
+
+
+class Slt:
+    def __init__(self, log: Path, source: str, target: str) -> None:
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen([str(SLT), "-q", source, target], stdout=out, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def raw_ts(count: int) -> list[bytes]:
+    source = TsSource()
+    return [source.datagram() for _ in range(count)]
+
+
+def stats(edge: Edge, flow_id: str) -> dict[str, object]:
+    with edge.client() as api:
+        data: dict[str, object] = api.get(f"/api/v1/stats/{flow_id}").json()["data"]
+        return data
+
+
+def test_srt_listener_input_with_passphrase_from_srt_live_transmit(edge: Edge, tmp_path: Path) -> None:
+    srt_port, udp_in, out = free_udp_port(), free_udp_port(), free_udp_port()
+    flow = {
+        "id": "srtin", "name": "SRT in",
+        "input": {"type": "srt", "mode": "listener", "local_addr": f"127.0.0.1:{srt_port}", "latency_ms": 80,
+                  "passphrase": PASSPHRASE},
+        "outputs": [{"type": "udp", "id": "o", "name": "o", "dest_addr": f"127.0.0.1:{out}"}],
+    }
+    with edge.client() as api:
+        assert api.post("/api/v1/flows", json=flow).status_code == 200
+    wait_for(lambda: stats(edge, "srtin")["input"]["state"] == "connecting", timeout=10)  # type: ignore[index]
+    slt = Slt(tmp_path / "slt.log", f"udp://127.0.0.1:{udp_in}",
+              f"srt://127.0.0.1:{srt_port}?mode=caller&latency=80&passphrase={PASSPHRASE}&pbkeylen=16")
+    try:
+        wait_for(lambda: stats(edge, "srtin")["input"]["state"] == "connected", timeout=10)  # type: ignore[index]
+        datagrams = raw_ts(600)
+        with UdpSink(out) as sink:
+            send_datagrams(("127.0.0.1", udp_in), datagrams, pps=1000)
+            wait_for(lambda: len(sink.datagrams) >= 600, timeout=10)
+        assert sink.datagrams == datagrams
+        s = stats(edge, "srtin")
+        srt = s["input"]["srt_stats"]  # type: ignore[index]
+        assert srt["state"] == "connected" and srt["rtt_ms"] >= 0 and srt["uptime_ms"] > 0
+        assert s["input"]["packets_received"] == 600 and s["tr101290"]["cc_errors"] == 0  # type: ignore[index]
+    finally:
+        slt.stop()
+    # The caller went away: the flow stays Running, the input shows the broken connection.
+    wait_for(lambda: stats(edge, "srtin")["input"]["state"] in ("broken", "connecting"), timeout=10)  # type: ignore[index]
+    assert stats(edge, "srtin")["state"] == "Running"
+
+
+def test_rtp_in_to_srt_caller_output_into_srt_live_transmit(edge: Edge, tmp_path: Path) -> None:
+    rtp_in, srt_port, out = free_udp_port(), free_udp_port(), free_udp_port()
+    slt = Slt(tmp_path / "slt.log", f"srt://127.0.0.1:{srt_port}?mode=listener&latency=80", f"udp://127.0.0.1:{out}")
+    try:
+        time.sleep(0.5)
+        flow = {
+            "id": "srtout", "name": "SRT out",
+            "input": {"type": "rtp", "bind_addr": f"127.0.0.1:{rtp_in}"},
+            "outputs": [{"type": "srt", "id": "s", "name": "to slt", "mode": "caller", "local_addr": "0.0.0.0:0",
+                         "remote_addr": f"127.0.0.1:{srt_port}", "latency_ms": 80}],
+        }
+        with edge.client() as api:
+            assert api.post("/api/v1/flows", json=flow).status_code == 200
+        wait_for(lambda: stats(edge, "srtout")["outputs"][0]["state"] == "connected", timeout=10)  # type: ignore[index]
+        packets = list(rtp_stream(500))
+        with UdpSink(out) as sink:
+            send_datagrams(("127.0.0.1", rtp_in), packets, pps=1000)
+            wait_for(lambda: len(sink.datagrams) >= 500, timeout=10)
+        assert sink.datagrams == [p[12:] for p in packets]  # RTP stripped: SRT carries raw TS
+        output = stats(edge, "srtout")["outputs"][0]  # type: ignore[index]
+        assert output["packets_sent"] == 500 and output["output_type"] == "srt"
+        assert output["srt_stats"]["state"] == "connected" and output["srt_stats"]["send_rate_mbps"] >= 0
+    finally:
+        slt.stop()
+
+
+def test_a_wrong_passphrase_is_reported_not_hung(edge: Edge, tmp_path: Path) -> None:
+    srt_port, udp_in = free_udp_port(), free_udp_port()
+    flow = {
+        "id": "pw", "name": "pw",
+        "input": {"type": "srt", "mode": "listener", "local_addr": f"127.0.0.1:{srt_port}", "passphrase": PASSPHRASE},
+        "outputs": [],
+    }
+    with edge.client() as api:
+        assert api.post("/api/v1/flows", json=flow).status_code == 200
+    slt = Slt(tmp_path / "slt.log", f"udp://127.0.0.1:{udp_in}",
+              f"srt://127.0.0.1:{srt_port}?mode=caller&passphrase=not-the-right-one")
+    try:
+        send_datagrams(("127.0.0.1", udp_in), raw_ts(50), pps=200)
+        s = stats(edge, "pw")
+        assert s["state"] == "Running" and s["input"]["state"] in ("connecting", "broken")  # type: ignore[index]
+        assert s["input"]["packets_received"] == 0  # type: ignore[index]
+        with edge.client() as api:
+            assert api.get("/health").status_code == 200  # nothing hangs
+    finally:
+        slt.stop()
+    assert PASSPHRASE not in edge.log()
+
+
+def test_srt_input_redundancy_survives_a_killed_leg(edge: Edge, tmp_path: Path) -> None:
+    leg1, leg2, udp1, udp2, out = (free_udp_port() for _ in range(5))
+    flow = {
+        "id": "red", "name": "two legs",
+        "input": {"type": "srt", "mode": "listener", "local_addr": f"127.0.0.1:{leg1}", "latency_ms": 80,
+                  "redundancy": {"mode": "listener", "local_addr": f"127.0.0.1:{leg2}", "latency_ms": 80}},
+        "outputs": [{"type": "udp", "id": "o", "name": "o", "dest_addr": f"127.0.0.1:{out}"}],
+    }
+    with edge.client() as api:
+        assert api.post("/api/v1/flows", json=flow).status_code == 200
+    slt1 = Slt(tmp_path / "slt1.log", f"udp://127.0.0.1:{udp1}", f"srt://127.0.0.1:{leg1}?mode=caller&latency=80")
+    slt2 = Slt(tmp_path / "slt2.log", f"udp://127.0.0.1:{udp2}", f"srt://127.0.0.1:{leg2}?mode=caller&latency=80")
+    try:
+        wait_for(lambda: stats(edge, "red")["input"]["srt_leg2_stats"]["state"] == "connected"  # type: ignore[index]
+                 and stats(edge, "red")["input"]["srt_stats"]["state"] == "connected", timeout=10)  # type: ignore[index]
+        datagrams = raw_ts(1500)
+        import socket
+
+        with UdpSink(out) as sink, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            start = time.monotonic()
+            for i, d in enumerate(datagrams):
+                tx.sendto(d, ("127.0.0.1", udp1))
+                tx.sendto(d, ("127.0.0.1", udp2))
+                if i == 600:
+                    threading.Thread(target=slt1.stop).start()  # leg 1 dies mid-stream
+                ahead = start + i / 1000 - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+            wait_for(lambda: len(sink.datagrams) >= 1500, timeout=10)
+        assert sink.datagrams == datagrams  # no gap, no duplicate
+        s = stats(edge, "red")
+        assert s["input"]["packets_lost"] == 0  # type: ignore[index]
+        assert s["input"]["srt_stats"]["state"] in ("broken", "connecting")  # type: ignore[index]
+        assert s["input"]["srt_leg2_stats"]["state"] == "connected"  # type: ignore[index]
+    finally:
+        slt1.stop()
+        slt2.stop()
+
+
+def test_unsupported_srt_settings_are_400(edge: Edge) -> None:
+    from services.edge.engine.srt import library_info
+
+    flow = {
+        "id": "gcm", "name": "gcm",
+        "input": {"type": "srt", "mode": "listener", "local_addr": f"127.0.0.1:{free_udp_port()}",
+                  "passphrase": PASSPHRASE, "crypto_mode": "aes-gcm"},
+        "outputs": [],
+    }
+    with edge.client() as api:
+        r = api.post("/api/v1/flows", json=flow)
+    if library_info().aes_gcm:
+        assert r.status_code == 200
+    else:
+        assert r.status_code == 400 and "aes-gcm" in r.json()["error"]
+    assert PASSPHRASE not in r.text
