@@ -183,8 +183,21 @@ class EdgeClient:
 
     @property
     def token(self) -> str | None:
+        """The bearer token to send (None: none known); may exchange credentials first."""
         self._resolve_token()
         return self._token
+
+    @property
+    def auth_problem(self) -> MpError | None:
+        """Why no token could be had (refused credentials), reported if a route needs one."""
+        return self._auth_problem
+
+    def refresh_token(self) -> bool:
+        """Get a fresh token from the credentials, if the token came from them; True if it did."""
+        if not self._token_refreshable:
+            return False
+        self._resolve_token(force_refresh=True)
+        return True
 
     # ------------------------------------------------------------------ requests
 

@@ -3,9 +3,9 @@
 Start-up is kept short on purpose (bench/cli_start.py): this module and the
 command modules import only Typer and small local modules at the top; HTTP,
 pydantic, YAML, trio and rich.live are imported inside the commands that use them.
+The command modules do not use `from __future__ import annotations`: Typer would
+then compile and eval every parameter's annotation string on every start.
 """
-
-from __future__ import annotations
 
 import os
 import sys

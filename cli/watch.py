@@ -137,21 +137,26 @@ def watch_stats(client: EdgeClient, *, flow_id: str | None, fmt: str, interval_s
         from cli.client import quote
 
         client.get(f"/api/v1/stats/{quote(flow_id)}", not_found_hint="try: mp flow list")
-    token = client.token
-    if client._auth_problem is not None and token is None:
-        pass  # the stream tells whether auth is needed (401 before the upgrade)
     live = fmt == "table" and sys.stdout.isatty()
     sink: LiveSink | LineSink = LiveSink(client.settings.url, flow_id) if live else LineSink(fmt, flow_id)
     try:
         with sink:
             trio.run(_follow, client, sink, flow_id, interval_s, count)
-    except BaseExceptionGroup as group:  # trio wraps errors from nurseries; show the first that matters
-        raise _first(group) from None
-    except BrokenPipeError:  # `| head -1` closed the pipe: that is a normal end
-        import os
+    except BaseExceptionGroup as group:  # trio wraps errors from nurseries; surface the one that matters
+        first = _first(group)
+        if not isinstance(first, BrokenPipeError):
+            raise first from None
+        _quiet_stdout()
+    except BrokenPipeError:  # `| head -1` closed the pipe: a normal end, not an error
+        _quiet_stdout()
 
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not complain."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _first(group: BaseExceptionGroup[Any]) -> BaseException:
@@ -187,7 +192,7 @@ async def _follow(
             ) as ws:
                 if connected_once:
                     sink.status(None)
-                connected_once, backoff = True, 0.5
+                connected_once, backoff, refreshed = True, 0.5, False
                 while True:
                     with trio.fail_after(stall_s):
                         text = await ws.get_message()
@@ -202,13 +207,13 @@ async def _follow(
                     if count is not None and shown >= count:
                         return
         except ConnectionRejected as exc:
-            if exc.status_code == 401 and connected_once and not refreshed and client._token_refreshable:
+            if exc.status_code == 401 and connected_once and not refreshed:
                 refreshed = True  # the edge restarted with a new signing key: get a new token once
-                client._resolve_token(force_refresh=True)
-                continue
+                if client.refresh_token():
+                    continue
             text = _rejection_text(exc)
-            if exc.status_code in (401, 403) and client._auth_problem is not None:
-                raise client._auth_problem from None
+            if exc.status_code in (401, 403) and client.auth_problem is not None:
+                raise client.auth_problem from None
             raise error_for_status(exc.status_code, text) from None
         except (ConnectionClosed, HandshakeError, OSError, trio.TooSlowError) as exc:
             if not connected_once:

@@ -1,7 +1,5 @@
 """`mp auth ...`: log in with client credentials, show the login, log out."""
 
-from __future__ import annotations
-
 import os
 import sys
 from typing import Annotated, Any, Optional

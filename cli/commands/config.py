@@ -1,7 +1,5 @@
 """`mp config ...`: show, apply and reload the edge's whole configuration."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer

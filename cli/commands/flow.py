@@ -1,7 +1,5 @@
 """`mp flow ...`: list, show, create, update, delete, start, stop, restart."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Optional
 
 import typer

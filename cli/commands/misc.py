@@ -1,7 +1,5 @@
 """`mp health`, `mp setup status` and `mp completion`."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal
 
 import typer

@@ -1,7 +1,5 @@
 """`mp output ...`: add, remove (and list) the outputs of a flow, hot, without a restart."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Optional
 
 import typer

@@ -1,7 +1,5 @@
 """`mp stats [FLOW] [--watch]`: live statistics, once or as a redrawn table."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Optional
 
 import typer
