@@ -19,7 +19,17 @@ MAX_MISORDER: Final = 100  # RFC 3550 A.1
 class SequenceTracker:
     """Feed each RTP packet's sequence number and SSRC; read ``lost``, ``duplicates``, ``late``."""
 
-    __slots__ = ("_base_ext", "_lost_before", "_max_ext", "_received", "_seen", "_ssrc", "duplicates", "late", "resyncs")
+    __slots__ = (
+        "_base_ext",
+        "_lost_before",
+        "_max_ext",
+        "_received",
+        "_seen",
+        "_ssrc",
+        "duplicates",
+        "late",
+        "resyncs",
+    )
 
     def __init__(self) -> None:
         self._ssrc: int | None = None
