@@ -33,12 +33,36 @@ FLOW = {
     ],
 }
 FFMPEG = [
-    "ffmpeg", "-hide_banner", "-loglevel", "error", "-re",
-    "-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=25",
-    "-f", "lavfi", "-i", "sine=frequency=1000:sample_rate=48000",
-    "-c:v", "libx264", "-preset", "veryfast", "-tune", "zerolatency", "-g", "50", "-b:v", "3M",
-    "-c:a", "aac", "-b:a", "128k",
-    "-f", "rtp_mpegts", "rtp://127.0.0.1:5000?pkt_size=1328",
+    "ffmpeg",
+    "-hide_banner",
+    "-loglevel",
+    "error",
+    "-re",
+    "-f",
+    "lavfi",
+    "-i",
+    "testsrc2=size=1280x720:rate=25",
+    "-f",
+    "lavfi",
+    "-i",
+    "sine=frequency=1000:sample_rate=48000",
+    "-c:v",
+    "libx264",
+    "-preset",
+    "veryfast",
+    "-tune",
+    "zerolatency",
+    "-g",
+    "50",
+    "-b:v",
+    "3M",
+    "-c:a",
+    "aac",
+    "-b:a",
+    "128k",
+    "-f",
+    "rtp_mpegts",
+    "rtp://127.0.0.1:5000?pkt_size=1328",
 ]
 
 
@@ -93,7 +117,17 @@ def main() -> None:
             source = "ffmpeg: 1280x720p25 H.264 3 Mbit/s + AAC 1 kHz tone, RTP/MPEG-TS to 127.0.0.1:5000"
         else:
             feeder = subprocess.Popen(
-                [sys.executable, "-m", "bench.tools.rtpgen", "--dest", "127.0.0.1:5000", "--pps", "1000", "--seconds", "86400"],
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.tools.rtpgen",
+                    "--dest",
+                    "127.0.0.1:5000",
+                    "--pps",
+                    "1000",
+                    "--seconds",
+                    "86400",
+                ],
                 cwd=ROOT,
                 start_new_session=True,
             )

@@ -149,7 +149,12 @@ def verify_token(auth: ServerAuth, token: str | None, now: int) -> Principal:
             algorithms=["HS256"],
             issuer=ISSUER,
             # The caller owns the clock: exp is checked below against `now`, with no leeway.
-            options={"require": ["exp", "iat", "iss", "sub"], "verify_exp": False, "verify_iat": False, "verify_nbf": False},
+            options={
+                "require": ["exp", "iat", "iss", "sub"],
+                "verify_exp": False,
+                "verify_iat": False,
+                "verify_nbf": False,
+            },
         )
     except jwt.InvalidTokenError:
         raise errors.AuthRequired("invalid token") from None

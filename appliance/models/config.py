@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import uuid
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -30,7 +30,9 @@ from pydantic import (
 )
 
 ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
-_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_HOSTNAME_RE = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
 _HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
@@ -286,7 +288,7 @@ class WhepInput(StrictModel):
 
 
 InputConfig = Annotated[
-    Union[RtpInput, UdpInput, SrtInput, RtmpInput, RtspInput, WebrtcInput, WhepInput],
+    RtpInput | UdpInput | SrtInput | RtmpInput | RtspInput | WebrtcInput | WhepInput,
     Field(discriminator="type"),
 ]
 
@@ -367,7 +369,7 @@ class WebrtcOutput(OutputBase):
 
 
 OutputConfig = Annotated[
-    Union[RtpOutput, UdpOutput, SrtOutput, RtmpOutput, HlsOutput, WebrtcOutput],
+    RtpOutput | UdpOutput | SrtOutput | RtmpOutput | HlsOutput | WebrtcOutput,
     Field(discriminator="type"),
 ]
 

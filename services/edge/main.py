@@ -72,7 +72,17 @@ async def run_edge(service: EdgeService, host: str, port: int, *, certfile: str 
 
             nursery.start_soon(watch_signals)
             await nursery.start(service.run)
-            await nursery.start(lambda task_status: serve(app, host, port, shutdown_trigger=stop.wait, certfile=certfile, keyfile=keyfile, task_status=task_status))
+            await nursery.start(
+                lambda task_status: serve(
+                    app,
+                    host,
+                    port,
+                    shutdown_trigger=stop.wait,
+                    certfile=certfile,
+                    keyfile=keyfile,
+                    task_status=task_status,
+                )
+            )
             scheme = "https" if certfile else "http"
             shown = f"[{host}]" if ":" in host else host
             _log.info("mp-edge %s listening on %s://%s:%d", __version__, scheme, shown, port)
@@ -120,7 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     tls = config.server.tls
 
     async def _run() -> None:
-        service = EdgeService(store, config, version=__version__, workers=max(1, args.workers), log_level=args.log_level)
+        service = EdgeService(
+            store, config, version=__version__, workers=max(1, args.workers), log_level=args.log_level
+        )
         await run_edge(
             service,
             host,

@@ -146,7 +146,14 @@ class EdgeCollector(Collector):
                 for video in media.video_streams:
                     pid = str(video.pid)
                     video_info.add_metric(
-                        [flow.flow_id, pid, video.codec, video.resolution or "", video.profile or "", video.level or ""],
+                        [
+                            flow.flow_id,
+                            pid,
+                            video.codec,
+                            video.resolution or "",
+                            video.profile or "",
+                            video.level or "",
+                        ],
                         {},
                     )
                     if video.frame_rate is not None:

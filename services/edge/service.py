@@ -70,7 +70,9 @@ def check_output_supported(output: OutputConfig) -> None:
 class EdgeService:
     """The edge's state and decisions. Build it, then ``await run(...)`` it in a nursery."""
 
-    def __init__(self, store: EdgeConfigStore, config: AppConfig, *, version: str, workers: int, log_level: str) -> None:
+    def __init__(
+        self, store: EdgeConfigStore, config: AppConfig, *, version: str, workers: int, log_level: str
+    ) -> None:
         self.store = store
         self.config = config
         self.version = version

@@ -93,7 +93,9 @@ class StatsAggregator:
                 # A zero baseline at the start, so errors counted before the first report
                 # fall inside the health window (a 0.1 s burst of CC errors must not read Healthy).
                 start = runtime.started_at if runtime.started_at is not None else now
-                runtime.history.append(_Sample(at=min(start, now), bytes_in=0, lost=0, sync_loss=0, p1=0, p2=0, bytes_out={}))
+                runtime.history.append(
+                    _Sample(at=min(start, now), bytes_in=0, lost=0, sync_loss=0, p1=0, p2=0, bytes_out={})
+                )
             runtime.counters = counters
             tr = (counters.get("analysis") or {}).get("tr101290") or {}
             inp = counters.get("input") or {}
@@ -105,7 +107,9 @@ class StatsAggregator:
                     sync_loss=int(tr.get("sync_loss_count", 0)),
                     p1=sum(int(tr.get(name, 0)) for name in P1_COUNTERS),
                     p2=sum(int(tr.get(name, 0)) for name in P2_COUNTERS),
-                    bytes_out={str(o.get("output_id")): int(o.get("bytes_sent", 0)) for o in counters.get("outputs", [])},
+                    bytes_out={
+                        str(o.get("output_id")): int(o.get("bytes_sent", 0)) for o in counters.get("outputs", [])
+                    },
                 )
             )
             while runtime.history and runtime.history[0].at < now - HISTORY_S:
@@ -162,7 +166,9 @@ class StatsAggregator:
             live = running_outputs.get(output.id)
             if live is None:
                 outputs.append(
-                    OutputStats(output_id=output.id, output_name=output.name, output_type=output_type_label(output.type))
+                    OutputStats(
+                        output_id=output.id, output_name=output.name, output_type=output_type_label(output.type)
+                    )
                 )
                 continue
             outputs.append(

@@ -54,7 +54,11 @@ def test_auth_off_refuses_tokens() -> None:
 
 
 def test_only_hs256_is_accepted() -> None:
-    token = jwt.encode({"sub": "ops", "role": "admin", "iat": NOW, "exp": NOW + 60, "iss": "mediaplane-edge"}, SECRET * 2, algorithm="HS512")
+    token = jwt.encode(
+        {"sub": "ops", "role": "admin", "iat": NOW, "exp": NOW + 60, "iss": "mediaplane-edge"},
+        SECRET * 2,
+        algorithm="HS512",
+    )
     with pytest.raises(errors.AuthRequired):
         auth.verify_token(SETTINGS, token, NOW)
 
@@ -68,9 +72,24 @@ def test_role_check() -> None:
 @pytest.mark.parametrize(
     ("content_type", "body", "header", "expected"),
     [
-        ("application/json", b'{"grant_type":"client_credentials","client_id":"a","client_secret":"b"}', None, ("a", "b")),
-        ("application/x-www-form-urlencoded; charset=utf-8", b"grant_type=client_credentials&client_id=a&client_secret=b", None, ("a", "b")),
-        ("application/x-www-form-urlencoded", b"grant_type=client_credentials", "Basic " + base64.b64encode(b"a:b").decode(), ("a", "b")),
+        (
+            "application/json",
+            b'{"grant_type":"client_credentials","client_id":"a","client_secret":"b"}',
+            None,
+            ("a", "b"),
+        ),
+        (
+            "application/x-www-form-urlencoded; charset=utf-8",
+            b"grant_type=client_credentials&client_id=a&client_secret=b",
+            None,
+            ("a", "b"),
+        ),
+        (
+            "application/x-www-form-urlencoded",
+            b"grant_type=client_credentials",
+            "Basic " + base64.b64encode(b"a:b").decode(),
+            ("a", "b"),
+        ),
     ],
 )
 def test_parse_token_request(content_type: str, body: bytes, header: str | None, expected: tuple[str, str]) -> None:

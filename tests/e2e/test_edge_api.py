@@ -23,7 +23,9 @@ from tests.helpers.media import UdpSink, rtp_packet, rtp_stream, send_datagrams
 pytestmark = pytest.mark.e2e
 
 
-def rtp_flow(flow_id: str, in_port: int, *out_ports: int, kind: str = "rtp", enabled: bool = True, **extra: Any) -> dict[str, Any]:
+def rtp_flow(
+    flow_id: str, in_port: int, *out_ports: int, kind: str = "rtp", enabled: bool = True, **extra: Any
+) -> dict[str, Any]:
     return {
         "id": flow_id,
         "name": f"Flow {flow_id}",
@@ -81,8 +83,12 @@ def test_unknown_route_and_wrong_method_use_the_envelope(api: httpx.Client) -> N
 
 def test_bad_bodies(api: httpx.Client) -> None:
     good = rtp_flow("bad1", free_udp_port(), enabled=False)
-    assert_error(api.post("/api/v1/flows", content=b"{not json", headers={"content-type": "application/json"}), 400, "malformed")
-    assert_error(api.post("/api/v1/flows", content=json.dumps(good), headers={"content-type": "text/plain"}), 400, "content-type")
+    assert_error(
+        api.post("/api/v1/flows", content=b"{not json", headers={"content-type": "application/json"}), 400, "malformed"
+    )
+    assert_error(
+        api.post("/api/v1/flows", content=json.dumps(good), headers={"content-type": "text/plain"}), 400, "content-type"
+    )
     assert_error(api.post("/api/v1/flows", json=[good]), 400, "object")
     assert_error(api.post("/api/v1/flows", json={**good, "colour": "red"}), 400, "colour: unknown key")
     assert_error(api.post("/api/v1/flows", json={**good, "name": "  "}), 400, "name")
@@ -100,8 +106,17 @@ def test_bad_bodies(api: httpx.Client) -> None:
 
 def test_an_error_never_echoes_the_rejected_value(api: httpx.Client) -> None:
     flow = rtp_flow("echo1", free_udp_port(), enabled=False)
-    flow["outputs"] = [{"type": "srt", "id": "s", "name": "s", "mode": "caller", "local_addr": "0.0.0.0:0",
-                        "remote_addr": "127.0.0.1:9000", "passphrase": "short-ppx"}]
+    flow["outputs"] = [
+        {
+            "type": "srt",
+            "id": "s",
+            "name": "s",
+            "mode": "caller",
+            "local_addr": "0.0.0.0:0",
+            "remote_addr": "127.0.0.1:9000",
+            "passphrase": "short-ppx",
+        }
+    ]
     r = api.post("/api/v1/flows", json=flow)
     assert_error(r, 400, "passphrase")
     assert "short-ppx" not in r.text
@@ -204,7 +219,9 @@ def test_packets_flow_to_every_output_with_real_counters(api: httpx.Client) -> N
         sender = threading.Thread(target=send_datagrams, args=(("127.0.0.1", port_in), sent, 2000))
         sender.start()
         # IAT and jitter cover the last second: read them while the stream runs.
-        live = wait_for(lambda: (x := stats(api, "fwd1"))["iat"] is not None and x["input"]["packets_received"] > 600 and x)
+        live = wait_for(
+            lambda: (x := stats(api, "fwd1"))["iat"] is not None and x["input"]["packets_received"] > 600 and x
+        )
         sender.join(10)
         wait_for(lambda: len(udp_sink.datagrams) >= 1500 and len(rtp_sink.datagrams) >= 1500, timeout=5)
     assert live["iat"]["min_us"] <= live["iat"]["avg_us"] <= live["iat"]["max_us"]
@@ -255,16 +272,20 @@ def test_loss_filtering_and_cc_errors_are_counted(api: httpx.Client) -> None:
 
 def test_raw_udp_input_to_rtp_output_wraps_ts(api: httpx.Client) -> None:
     port_in, port_out = free_udp_port(), free_udp_port()
-    flow = {"id": "raw1", "name": "raw", "input": {"type": "udp", "bind_addr": f"127.0.0.1:{port_in}"},
-            "outputs": [{"type": "rtp", "id": "r", "name": "r", "dest_addr": f"127.0.0.1:{port_out}"}]}
+    flow = {
+        "id": "raw1",
+        "name": "raw",
+        "input": {"type": "udp", "bind_addr": f"127.0.0.1:{port_in}"},
+        "outputs": [{"type": "rtp", "id": "r", "name": "r", "dest_addr": f"127.0.0.1:{port_out}"}],
+    }
     assert api.post("/api/v1/flows", json=flow).status_code == 200
     ts = [p[12:] for p in rtp_stream(100)]
     with UdpSink(port_out) as sink:
-        send_datagrams(("127.0.0.1", port_in), ts + [b"\x00" * 100], pps=2000)
+        send_datagrams(("127.0.0.1", port_in), [*ts, b"\x00" * 100], pps=2000)
         wait_for(lambda: len(sink.datagrams) >= 100, timeout=5)
     seqs = [int.from_bytes(p[2:4], "big") for p in sink.datagrams]
     assert [(s - seqs[0]) & 0xFFFF for s in seqs] == list(range(100))
-    assert all(p[0] == 0x80 and p[1] & 0x7F == 33 and p[12:] == t for p, t in zip(sink.datagrams, ts))
+    assert all(p[0] == 0x80 and p[1] & 0x7F == 33 and p[12:] == t for p, t in zip(sink.datagrams, ts, strict=True))
     s = wait_for(lambda: (x := stats(api, "raw1"))["input"]["packets_received"] == 101 and x)
     assert s["input"]["input_type"] == "udp" and s["input"]["packets_filtered"] == 1
     assert api.delete("/api/v1/flows/raw1").status_code == 200
@@ -295,7 +316,9 @@ def test_hot_add_and_remove_outputs_without_a_gap(api: httpx.Client) -> None:
     assert sink_a.datagrams == [p[12:] for p in packets]
     assert 100 < len(sink_b.datagrams) < 3000
     first = int.from_bytes(sink_b.datagrams[0][2:4], "big")
-    assert [int.from_bytes(p[2:4], "big") for p in sink_b.datagrams] == list(range(first, first + len(sink_b.datagrams)))
+    assert [int.from_bytes(p[2:4], "big") for p in sink_b.datagrams] == list(
+        range(first, first + len(sink_b.datagrams))
+    )
     assert [o["id"] for o in api.get("/api/v1/flows/hot1").json()["data"]["outputs"]] == ["o0"]
     assert api.delete("/api/v1/flows/hot1").status_code == 200
 
@@ -355,19 +378,33 @@ def test_metrics_exposition(api: httpx.Client) -> None:
     assert 'flow_id="m2"' not in text  # only running flows emit series
     names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     expected = {
-        "mediaplane_edge_info", "mediaplane_edge_uptime_seconds", "mediaplane_edge_flows_total",
-        "mediaplane_edge_flows_active", "mediaplane_edge_flow_input_packets_total",
-        "mediaplane_edge_flow_input_bytes_total", "mediaplane_edge_flow_input_bitrate_bps",
-        "mediaplane_edge_flow_input_packets_lost", "mediaplane_edge_flow_input_fec_recovered_total",
-        "mediaplane_edge_flow_input_redundancy_switches_total", "mediaplane_edge_flow_input_packets_filtered",
-        "mediaplane_edge_flow_pdv_jitter_us", "mediaplane_edge_flow_iat_avg_us",
-        "mediaplane_edge_flow_output_packets_total", "mediaplane_edge_flow_output_bytes_total",
-        "mediaplane_edge_flow_output_bitrate_bps", "mediaplane_edge_flow_output_packets_dropped",
-        "mediaplane_edge_flow_output_fec_sent_total", "mediaplane_edge_tr101290_ts_packets_total",
-        "mediaplane_edge_tr101290_sync_byte_errors_total", "mediaplane_edge_tr101290_cc_errors_total",
-        "mediaplane_edge_tr101290_pat_errors_total", "mediaplane_edge_tr101290_pmt_errors_total",
-        "mediaplane_edge_tr101290_tei_errors_total", "mediaplane_edge_tr101290_pcr_discontinuity_errors_total",
-        "mediaplane_edge_tr101290_pcr_accuracy_errors_total", "mediaplane_edge_media_total_bitrate_bps",
+        "mediaplane_edge_info",
+        "mediaplane_edge_uptime_seconds",
+        "mediaplane_edge_flows_total",
+        "mediaplane_edge_flows_active",
+        "mediaplane_edge_flow_input_packets_total",
+        "mediaplane_edge_flow_input_bytes_total",
+        "mediaplane_edge_flow_input_bitrate_bps",
+        "mediaplane_edge_flow_input_packets_lost",
+        "mediaplane_edge_flow_input_fec_recovered_total",
+        "mediaplane_edge_flow_input_redundancy_switches_total",
+        "mediaplane_edge_flow_input_packets_filtered",
+        "mediaplane_edge_flow_pdv_jitter_us",
+        "mediaplane_edge_flow_iat_avg_us",
+        "mediaplane_edge_flow_output_packets_total",
+        "mediaplane_edge_flow_output_bytes_total",
+        "mediaplane_edge_flow_output_bitrate_bps",
+        "mediaplane_edge_flow_output_packets_dropped",
+        "mediaplane_edge_flow_output_fec_sent_total",
+        "mediaplane_edge_tr101290_ts_packets_total",
+        "mediaplane_edge_tr101290_sync_byte_errors_total",
+        "mediaplane_edge_tr101290_cc_errors_total",
+        "mediaplane_edge_tr101290_pat_errors_total",
+        "mediaplane_edge_tr101290_pmt_errors_total",
+        "mediaplane_edge_tr101290_tei_errors_total",
+        "mediaplane_edge_tr101290_pcr_discontinuity_errors_total",
+        "mediaplane_edge_tr101290_pcr_accuracy_errors_total",
+        "mediaplane_edge_media_total_bitrate_bps",
     }
     assert expected <= names, expected - names
     for flow_id in ("m1", "m2"):

@@ -27,7 +27,10 @@ FLOW = {
 
 @pytest.fixture(scope="module")
 def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
-    config = {"version": 1, "server": {"listen_addr": "127.0.0.1", "listen_port": 8080, "auth": auth_section(public_metrics=False)}}
+    config = {
+        "version": 1,
+        "server": {"listen_addr": "127.0.0.1", "listen_port": 8080, "auth": auth_section(public_metrics=False)},
+    }
     with running_edge(tmp_path_factory.mktemp("auth"), config=config) as edge:
         yield edge
 
@@ -57,13 +60,28 @@ def test_token_by_json_form_and_basic(edge: Edge) -> None:
     ("kwargs", "message"),
     [
         ({"json": {"grant_type": "password", "client_id": ADMIN[0], "client_secret": ADMIN[1]}}, "grant_type"),
-        ({"json": {"grant_type": "client_credentials", "client_id": ADMIN[0], "client_secret": "wrong-secret-000000"}}, "invalid client"),
-        ({"json": {"grant_type": "client_credentials", "client_id": "nobody", "client_secret": ADMIN[1]}}, "invalid client"),
+        (
+            {
+                "json": {
+                    "grant_type": "client_credentials",
+                    "client_id": ADMIN[0],
+                    "client_secret": "wrong-secret-000000",
+                }
+            },
+            "invalid client",
+        ),
+        (
+            {"json": {"grant_type": "client_credentials", "client_id": "nobody", "client_secret": ADMIN[1]}},
+            "invalid client",
+        ),
         ({"json": {"grant_type": "client_credentials"}}, "required"),
         ({"content": b"{oops", "headers": {"content-type": "application/json"}}, "malformed"),
         ({"content": b"grant_type=client_credentials", "headers": {"content-type": "text/plain"}}, "content-type"),
         (
-            {"data": {"grant_type": "client_credentials", "client_id": MONITOR[0], "client_secret": MONITOR[1]}, "auth": ADMIN},
+            {
+                "data": {"grant_type": "client_credentials", "client_id": MONITOR[0], "client_secret": MONITOR[1]},
+                "auth": ADMIN,
+            },
             "disagree",
         ),
     ],
@@ -91,7 +109,11 @@ def test_missing_bad_and_expired_tokens_are_401(edge: Edge) -> None:
         forged(exp=now - 1),  # expired
         forged(iss="someone-else"),
         forged(sub="deleted-client"),
-        jwt.encode({"sub": ADMIN[0], "role": "admin", "iat": now, "exp": now + 60, "iss": "mediaplane-edge"}, None, algorithm="none"),
+        jwt.encode(
+            {"sub": ADMIN[0], "role": "admin", "iat": now, "exp": now + 60, "iss": "mediaplane-edge"},
+            None,
+            algorithm="none",
+        ),
     ):
         r = httpx.get(edge.url + "/api/v1/flows", headers={"Authorization": f"Bearer {token}"}, timeout=10)
         assert r.status_code == 401, token
@@ -105,7 +127,9 @@ def test_the_current_role_of_the_client_applies(edge: Edge) -> None:
     now = int(time.time())
     # A token claiming admin for the monitor client still gets the monitor's rights.
     token = jwt.encode(
-        {"sub": MONITOR[0], "role": "admin", "iat": now, "exp": now + 60, "iss": "mediaplane-edge"}, JWT_SECRET, algorithm="HS256"
+        {"sub": MONITOR[0], "role": "admin", "iat": now, "exp": now + 60, "iss": "mediaplane-edge"},
+        JWT_SECRET,
+        algorithm="HS256",
     )
     r = httpx.post(edge.url + "/api/v1/flows", json=FLOW, headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert r.status_code == 403
@@ -211,8 +235,13 @@ def test_auth_turned_on_through_put_works_at_once(tmp_path: Path) -> None:
 
 def test_an_echoed_config_with_a_relay_tunnel_keeps_its_key(tmp_path: Path) -> None:
     tunnel = {
-        "id": "6f1c2b3a-4d5e-4f60-8a7b-9c0d1e2f3a4b", "name": "t", "protocol": "udp", "mode": "relay",
-        "direction": "egress", "local_addr": "127.0.0.1:7000", "relay_addr": "relay.example:4433",
+        "id": "6f1c2b3a-4d5e-4f60-8a7b-9c0d1e2f3a4b",
+        "name": "t",
+        "protocol": "udp",
+        "mode": "relay",
+        "direction": "egress",
+        "local_addr": "127.0.0.1:7000",
+        "relay_addr": "relay.example:4433",
         "tunnel_encryption_key": "ab" * 32,
     }
     config = {"version": 1, "server": {"listen_addr": "127.0.0.1", "listen_port": 8080}, "tunnels": [tunnel]}

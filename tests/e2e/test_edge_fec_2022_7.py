@@ -50,7 +50,8 @@ def send_paced(packets: list[tuple[bytes, int]], pps: float) -> None:
 def test_2022_7_merge_fills_independent_losses(tmp_path: Path) -> None:
     leg_a, leg_b, out = free_udp_port(), free_udp_port(), free_udp_port()
     flow = {
-        "id": "h1", "name": "hitless",
+        "id": "h1",
+        "name": "hitless",
         "input": {"type": "rtp", "bind_addr": f"127.0.0.1:{leg_a}", "redundancy": {"bind_addr": f"127.0.0.1:{leg_b}"}},
         "outputs": [{"type": "rtp", "id": "o", "name": "o", "dest_addr": f"127.0.0.1:{out}"}],
     }
@@ -81,7 +82,8 @@ def test_fec_decode_repairs_single_losses_bit_exact(tmp_path: Path) -> None:
     base, out = free_port_block(4), free_udp_port()
     columns, rows = 5, 10
     flow = {
-        "id": "fec1", "name": "fec",
+        "id": "fec1",
+        "name": "fec",
         "input": {"type": "rtp", "bind_addr": f"127.0.0.1:{base}", "fec_decode": {"columns": columns, "rows": rows}},
         "outputs": [{"type": "rtp", "id": "o", "name": "o", "dest_addr": f"127.0.0.1:{out}"}],
     }
@@ -109,7 +111,12 @@ def test_fec_decode_repairs_single_losses_bit_exact(tmp_path: Path) -> None:
         assert api.post("/api/v1/flows", json=flow).status_code == 200
         send_paced(schedule, pps=3000)
         wait_for(lambda: len(sink.datagrams) >= len(packets), timeout=10)
-        stats = wait_for(lambda: (s := api.get("/api/v1/stats/fec1").json()["data"])["input"]["packets_recovered_fec"] == len(dropped) and s)
+        stats = wait_for(
+            lambda: (
+                (s := api.get("/api/v1/stats/fec1").json()["data"])["input"]["packets_recovered_fec"] == len(dropped)
+                and s
+            )
+        )
     assert sink.datagrams == packets  # the repaired stream is bit-identical to the source
     assert stats["input"]["packets_lost"] == 0
     assert stats["media_analysis"]["fec"]["recovered"] == len(dropped)
@@ -119,21 +126,37 @@ def test_fec_encode_output_is_decodable(tmp_path: Path) -> None:
     port_in, base_out = free_udp_port(), free_port_block(4)
     columns, rows = 4, 5
     flow = {
-        "id": "enc1", "name": "enc",
+        "id": "enc1",
+        "name": "enc",
         "input": {"type": "rtp", "bind_addr": f"127.0.0.1:{port_in}"},
-        "outputs": [{"type": "rtp", "id": "o", "name": "o", "dest_addr": f"127.0.0.1:{base_out}",
-                     "fec_encode": {"columns": columns, "rows": rows}}],
+        "outputs": [
+            {
+                "type": "rtp",
+                "id": "o",
+                "name": "o",
+                "dest_addr": f"127.0.0.1:{base_out}",
+                "fec_encode": {"columns": columns, "rows": rows},
+            }
+        ],
     }
     packets = list(rtp_stream(columns * rows * 6))
-    with running_edge(tmp_path) as edge, edge.client() as api, \
-            UdpSink(base_out) as media, UdpSink(base_out + 2) as col, UdpSink(base_out + 4) as row:
+    with (
+        running_edge(tmp_path) as edge,
+        edge.client() as api,
+        UdpSink(base_out) as media,
+        UdpSink(base_out + 2) as col,
+        UdpSink(base_out + 4) as row,
+    ):
         assert api.post("/api/v1/flows", json=flow).status_code == 200
         send_paced([(p, port_in) for p in packets], pps=2000)
         wait_for(lambda: len(media.datagrams) >= len(packets), timeout=10)
         # The edge's count and what the sinks got agree once both have settled.
         wait_for(
-            lambda: api.get("/api/v1/stats/enc1").json()["data"]["outputs"][0]["fec_packets_sent"]
-            == len(col.datagrams) + len(row.datagrams) > 0,
+            lambda: (
+                api.get("/api/v1/stats/enc1").json()["data"]["outputs"][0]["fec_packets_sent"]
+                == len(col.datagrams) + len(row.datagrams)
+                > 0
+            ),
             timeout=10,
         )
     # Our decoder rebuilds a dropped packet from the edge's FEC alone.

@@ -64,16 +64,25 @@ def stats(edge: Edge, flow_id: str) -> dict[str, object]:
 def test_srt_listener_input_with_passphrase_from_srt_live_transmit(edge: Edge, tmp_path: Path) -> None:
     srt_port, udp_in, out = free_udp_port(), free_udp_port(), free_udp_port()
     flow = {
-        "id": "srtin", "name": "SRT in",
-        "input": {"type": "srt", "mode": "listener", "local_addr": f"127.0.0.1:{srt_port}", "latency_ms": 80,
-                  "passphrase": PASSPHRASE},
+        "id": "srtin",
+        "name": "SRT in",
+        "input": {
+            "type": "srt",
+            "mode": "listener",
+            "local_addr": f"127.0.0.1:{srt_port}",
+            "latency_ms": 80,
+            "passphrase": PASSPHRASE,
+        },
         "outputs": [{"type": "udp", "id": "o", "name": "o", "dest_addr": f"127.0.0.1:{out}"}],
     }
     with edge.client() as api:
         assert api.post("/api/v1/flows", json=flow).status_code == 200
     wait_for(lambda: stats(edge, "srtin")["input"]["state"] == "connecting", timeout=10)  # type: ignore[index]
-    slt = Slt(tmp_path / "slt.log", f"udp://127.0.0.1:{udp_in}",
-              f"srt://127.0.0.1:{srt_port}?mode=caller&latency=80&passphrase={PASSPHRASE}&pbkeylen=16")
+    slt = Slt(
+        tmp_path / "slt.log",
+        f"udp://127.0.0.1:{udp_in}",
+        f"srt://127.0.0.1:{srt_port}?mode=caller&latency=80&passphrase={PASSPHRASE}&pbkeylen=16",
+    )
     try:
         wait_for(lambda: stats(edge, "srtin")["input"]["state"] == "connected", timeout=10)  # type: ignore[index]
         datagrams = raw_ts(600)
@@ -98,10 +107,20 @@ def test_rtp_in_to_srt_caller_output_into_srt_live_transmit(edge: Edge, tmp_path
     try:
         time.sleep(0.5)
         flow = {
-            "id": "srtout", "name": "SRT out",
+            "id": "srtout",
+            "name": "SRT out",
             "input": {"type": "rtp", "bind_addr": f"127.0.0.1:{rtp_in}"},
-            "outputs": [{"type": "srt", "id": "s", "name": "to slt", "mode": "caller", "local_addr": "0.0.0.0:0",
-                         "remote_addr": f"127.0.0.1:{srt_port}", "latency_ms": 80}],
+            "outputs": [
+                {
+                    "type": "srt",
+                    "id": "s",
+                    "name": "to slt",
+                    "mode": "caller",
+                    "local_addr": "0.0.0.0:0",
+                    "remote_addr": f"127.0.0.1:{srt_port}",
+                    "latency_ms": 80,
+                }
+            ],
         }
         with edge.client() as api:
             assert api.post("/api/v1/flows", json=flow).status_code == 200
@@ -121,14 +140,18 @@ def test_rtp_in_to_srt_caller_output_into_srt_live_transmit(edge: Edge, tmp_path
 def test_a_wrong_passphrase_is_reported_not_hung(edge: Edge, tmp_path: Path) -> None:
     srt_port, udp_in = free_udp_port(), free_udp_port()
     flow = {
-        "id": "pw", "name": "pw",
+        "id": "pw",
+        "name": "pw",
         "input": {"type": "srt", "mode": "listener", "local_addr": f"127.0.0.1:{srt_port}", "passphrase": PASSPHRASE},
         "outputs": [],
     }
     with edge.client() as api:
         assert api.post("/api/v1/flows", json=flow).status_code == 200
-    slt = Slt(tmp_path / "slt.log", f"udp://127.0.0.1:{udp_in}",
-              f"srt://127.0.0.1:{srt_port}?mode=caller&passphrase=not-the-right-one")
+    slt = Slt(
+        tmp_path / "slt.log",
+        f"udp://127.0.0.1:{udp_in}",
+        f"srt://127.0.0.1:{srt_port}?mode=caller&passphrase=not-the-right-one",
+    )
     try:
         send_datagrams(("127.0.0.1", udp_in), raw_ts(50), pps=200)
         s = stats(edge, "pw")
@@ -144,9 +167,15 @@ def test_a_wrong_passphrase_is_reported_not_hung(edge: Edge, tmp_path: Path) -> 
 def test_srt_input_redundancy_survives_a_killed_leg(edge: Edge, tmp_path: Path) -> None:
     leg1, leg2, udp1, udp2, out = (free_udp_port() for _ in range(5))
     flow = {
-        "id": "red", "name": "two legs",
-        "input": {"type": "srt", "mode": "listener", "local_addr": f"127.0.0.1:{leg1}", "latency_ms": 80,
-                  "redundancy": {"mode": "listener", "local_addr": f"127.0.0.1:{leg2}", "latency_ms": 80}},
+        "id": "red",
+        "name": "two legs",
+        "input": {
+            "type": "srt",
+            "mode": "listener",
+            "local_addr": f"127.0.0.1:{leg1}",
+            "latency_ms": 80,
+            "redundancy": {"mode": "listener", "local_addr": f"127.0.0.1:{leg2}", "latency_ms": 80},
+        },
         "outputs": [{"type": "udp", "id": "o", "name": "o", "dest_addr": f"127.0.0.1:{out}"}],
     }
     with edge.client() as api:
@@ -154,8 +183,13 @@ def test_srt_input_redundancy_survives_a_killed_leg(edge: Edge, tmp_path: Path) 
     slt1 = Slt(tmp_path / "slt1.log", f"udp://127.0.0.1:{udp1}", f"srt://127.0.0.1:{leg1}?mode=caller&latency=80")
     slt2 = Slt(tmp_path / "slt2.log", f"udp://127.0.0.1:{udp2}", f"srt://127.0.0.1:{leg2}?mode=caller&latency=80")
     try:
-        wait_for(lambda: stats(edge, "red")["input"]["srt_leg2_stats"]["state"] == "connected"  # type: ignore[index]
-                 and stats(edge, "red")["input"]["srt_stats"]["state"] == "connected", timeout=10)  # type: ignore[index]
+        wait_for(
+            lambda: (
+                stats(edge, "red")["input"]["srt_leg2_stats"]["state"] == "connected"  # type: ignore[index]
+                and stats(edge, "red")["input"]["srt_stats"]["state"] == "connected"
+            ),
+            timeout=10,
+        )  # type: ignore[index]
         datagrams = raw_ts(1500)
         import socket
 
@@ -184,9 +218,15 @@ def test_unsupported_srt_settings_are_400(edge: Edge) -> None:
     from services.edge.engine.srt import library_info
 
     flow = {
-        "id": "gcm", "name": "gcm",
-        "input": {"type": "srt", "mode": "listener", "local_addr": f"127.0.0.1:{free_udp_port()}",
-                  "passphrase": PASSPHRASE, "crypto_mode": "aes-gcm"},
+        "id": "gcm",
+        "name": "gcm",
+        "input": {
+            "type": "srt",
+            "mode": "listener",
+            "local_addr": f"127.0.0.1:{free_udp_port()}",
+            "passphrase": PASSPHRASE,
+            "crypto_mode": "aes-gcm",
+        },
         "outputs": [],
     }
     with edge.client() as api:

@@ -11,18 +11,34 @@ from appliance.models.stats import FlowState, Health
 from services.edge.stats import StatsAggregator
 
 FLOW = FlowConfig.model_validate(
-    {"id": "f", "name": "F", "input": {"type": "rtp", "bind_addr": "127.0.0.1:5000"},
-     "outputs": [{"type": "rtp", "id": "o", "name": "O", "dest_addr": "127.0.0.1:6000"}]}
+    {
+        "id": "f",
+        "name": "F",
+        "input": {"type": "rtp", "bind_addr": "127.0.0.1:5000"},
+        "outputs": [{"type": "rtp", "id": "o", "name": "O", "dest_addr": "127.0.0.1:6000"}],
+    }
 )
 
 
-def counters(t: float, *, lost: int = 0, cc: int = 0, tei: int = 0, sync_loss: int = 0, rate_bps: int = 8_000_000) -> dict[str, Any]:
+def counters(
+    t: float, *, lost: int = 0, cc: int = 0, tei: int = 0, sync_loss: int = 0, rate_bps: int = 8_000_000
+) -> dict[str, Any]:
     byte_count = int(rate_bps / 8 * t)
     tr = {"ts_packets_analyzed": 100, "sync_loss_count": sync_loss, "cc_errors": cc, "tei_errors": tei}
     return {
-        "input": {"state": "receiving", "packets_received": int(t * 1000), "bytes_received": byte_count, "packets_lost": lost},
+        "input": {
+            "state": "receiving",
+            "packets_received": int(t * 1000),
+            "bytes_received": byte_count,
+            "packets_lost": lost,
+        },
         "outputs": [{"output_id": "o", "state": "active", "packets_sent": int(t * 1000), "bytes_sent": byte_count}],
-        "analysis": {"tr101290": tr, "media": None, "iat": {"min_us": 1.0, "max_us": 3.0, "avg_us": 2.0}, "pdv_jitter_us": 5.0},
+        "analysis": {
+            "tr101290": tr,
+            "media": None,
+            "iat": {"min_us": 1.0, "max_us": 3.0, "avg_us": 2.0},
+            "pdv_jitter_us": 5.0,
+        },
     }
 
 

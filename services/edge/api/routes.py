@@ -90,7 +90,9 @@ async def token() -> Response:
     if settings is not None and settings.enabled:
         _rate_limiter.check(client_ip, settings.token_rate_limit_per_minute, trio.current_time())
     token_request = auth.parse_token_request(
-        request.headers.get("Content-Type", ""), await request.get_data(cache=True), request.headers.get("Authorization")
+        request.headers.get("Content-Type", ""),
+        await request.get_data(cache=True),
+        request.headers.get("Authorization"),
     )
     return json_response(auth.issue_token(settings, token_request, int(time.time())))
 
@@ -130,7 +132,9 @@ async def setup_save() -> Response:
         return fail("Setup wizard is disabled on this node", 403)
     body = await read_json_object()
     await service.save_setup(body)
-    return json_response({"success": True, "message": "Configuration saved. Restart mp-edge to apply the new settings."})
+    return json_response(
+        {"success": True, "message": "Configuration saved. Restart mp-edge to apply the new settings."}
+    )
 
 
 # --------------------------------------------------------------------------- flows

@@ -84,8 +84,8 @@ class PayloadMerger:
 
     def _forget_one(self, leg: int, key: int) -> None:
         # Remove the oldest pending record of (leg, key): matching is FIFO per content.
-        for index, (_, l, k) in enumerate(self._order):
-            if l == leg and k == key:
+        for index, (_, pending_leg, k) in enumerate(self._order):
+            if pending_leg == leg and k == key:
                 del self._order[index]
                 return
 

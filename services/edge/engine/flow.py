@@ -265,7 +265,9 @@ class FlowRuntime:
         mistaken for a loss when the worker runs late (measured: with one task per leg, a
         loaded worker declared ~3x the real loss).
         """
-        receivers = [(BatchReceiver(sock, batch=RECV_BATCH, slot_size=2048, timestamps=True), role) for sock, role in sockets]
+        receivers = [
+            (BatchReceiver(sock, batch=RECV_BATCH, slot_size=2048, timestamps=True), role) for sock, role in sockets
+        ]
         offset = self._realtime_offset
         merger, decoder = self.merger, self.decoder
         while True:
@@ -347,7 +349,10 @@ class FlowRuntime:
         size = len(view)
         self.packets_received += 1
         self.bytes_received += size
-        if self._allowed_sources is not None and ipaddress.ip_address(source[0]).compressed not in self._allowed_sources:
+        if (
+            self._allowed_sources is not None
+            and ipaddress.ip_address(source[0]).compressed not in self._allowed_sources
+        ):
             self.packets_filtered += 1
             return False
         header = parse_rtp(view)
@@ -439,7 +444,9 @@ class FlowRuntime:
         while (event := self.merger.next_event()) is not None:
             if isinstance(event, LegLost):
                 level = logging.ERROR if event.legs_up == 0 else logging.WARNING
-                _log.log(level, "flow %s: 2022-7 leg %d lost (%d leg(s) up)", self.flow_id, event.leg + 1, event.legs_up)
+                _log.log(
+                    level, "flow %s: 2022-7 leg %d lost (%d leg(s) up)", self.flow_id, event.leg + 1, event.legs_up
+                )
             elif isinstance(event, LegRestored):
                 _log.info("flow %s: 2022-7 leg %d restored", self.flow_id, event.leg + 1)
 
@@ -453,8 +460,12 @@ class FlowRuntime:
         fec = None
         if decoder is not None:
             c = decoder.counters
-            fec = {"recovered": c.recovered, "unrecoverable": c.unrecoverable, "fec_received": c.fec_received,
-                   "fec_malformed": c.fec_malformed}
+            fec = {
+                "recovered": c.recovered,
+                "unrecoverable": c.unrecoverable,
+                "fec_received": c.fec_received,
+                "fec_malformed": c.fec_malformed,
+            }
         redundancy = None
         if merger is not None:
             m = merger.counters
@@ -472,7 +483,10 @@ class FlowRuntime:
         if self.payload_merger is not None:
             switches += self.payload_merger.counters.switches
             pm = self.payload_merger.counters
-            redundancy = {**(redundancy or {}), "payload_merge": {"received": list(pm.received), "redundant": pm.redundant}}
+            redundancy = {
+                **(redundancy or {}),
+                "payload_merge": {"received": list(pm.received), "redundant": pm.redundant},
+            }
         return {
             "input": {
                 "state": input_state,

@@ -45,7 +45,14 @@ def log_event(flow_id: str, where: str, leg: int) -> Any:
         if isinstance(event, SrtPeerConnected):
             _log.info("flow %s %s leg %d: SRT peer %s connected", flow_id, where, leg + 1, event.peer_addr)
         elif isinstance(event, SrtPeerDisconnected):
-            _log.warning("flow %s %s leg %d: SRT peer %s disconnected: %s", flow_id, where, leg + 1, event.peer_addr, event.reason)
+            _log.warning(
+                "flow %s %s leg %d: SRT peer %s disconnected: %s",
+                flow_id,
+                where,
+                leg + 1,
+                event.peer_addr,
+                event.reason,
+            )
         else:
             _log.info("flow %s %s leg %d: %s", flow_id, where, leg + 1, event)
 

@@ -147,7 +147,9 @@ class UdpOutputDriver:
             sock.setblocking(False)
         except OSError as exc:
             sock.close()
-            raise FlowStartError(f"output {self.output_id!r}: cannot open a socket to {dest_addr}: {exc.strerror or exc}") from exc
+            raise FlowStartError(
+                f"output {self.output_id!r}: cannot open a socket to {dest_addr}: {exc.strerror or exc}"
+            ) from exc
         return sock, dest, BatchSender(sock)
 
     def close(self) -> None:

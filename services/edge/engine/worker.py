@@ -69,7 +69,9 @@ class Worker:
         runtime = FlowRuntime(config, self._flow_failed)
         await self.nursery.start(self._run_flow, runtime)
 
-    async def _run_flow(self, runtime: FlowRuntime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _run_flow(
+        self, runtime: FlowRuntime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         self.flows[runtime.flow_id] = runtime
         try:
             await runtime.run(task_status=task_status)

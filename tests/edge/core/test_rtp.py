@@ -15,7 +15,13 @@ def test_parses_the_fixed_header() -> None:
     datagram = struct.pack("!BBHII", 0x80, 0x80 | 33, 65535, 123456, 0xCAFEBABE) + b"\x47" * 188
     header = parse_rtp(datagram)
     assert header is not None
-    assert (header.marker, header.payload_type, header.sequence, header.timestamp, header.ssrc) == (True, 33, 65535, 123456, 0xCAFEBABE)
+    assert (header.marker, header.payload_type, header.sequence, header.timestamp, header.ssrc) == (
+        True,
+        33,
+        65535,
+        123456,
+        0xCAFEBABE,
+    )
     assert (header.payload_offset, header.payload_end) == (12, 200)
 
 
@@ -53,15 +59,25 @@ def test_any_bytes_never_raise(data: bytes) -> None:
         assert 12 <= header.payload_offset <= header.payload_end <= len(data)
 
 
-@given(st.integers(0, 127), st.integers(0, 0xFFFF), st.integers(0, 0xFFFFFFFF), st.integers(0, 0xFFFFFFFF), st.booleans())
+@given(
+    st.integers(0, 127), st.integers(0, 0xFFFF), st.integers(0, 0xFFFFFFFF), st.integers(0, 0xFFFFFFFF), st.booleans()
+)
 def test_build_then_parse_round_trips(pt: int, seq: int, ts: int, ssrc: int, marker: bool) -> None:
     buffer = bytearray(12 + 188)
     build_rtp_header(buffer, payload_type=pt, sequence=seq, timestamp=ts, ssrc=ssrc, marker=marker)
     header = parse_rtp(buffer)
     assert header is not None
-    assert (header.payload_type, header.sequence, header.timestamp, header.ssrc, header.marker) == (pt, seq, ts, ssrc, marker)
+    assert (header.payload_type, header.sequence, header.timestamp, header.ssrc, header.marker) == (
+        pt,
+        seq,
+        ts,
+        ssrc,
+        marker,
+    )
 
 
-@pytest.mark.parametrize(("new", "old", "delta"), [(1, 0, 1), (0, 65535, 1), (65535, 0, -1), (100, 200, -100), (32767, 0, 32767)])
+@pytest.mark.parametrize(
+    ("new", "old", "delta"), [(1, 0, 1), (0, 65535, 1), (65535, 0, -1), (100, 200, -100), (32767, 0, 32767)]
+)
 def test_seq_delta_wraps(new: int, old: int, delta: int) -> None:
     assert seq_delta(new, old) == delta

@@ -50,7 +50,7 @@ def test_udp_output_repacks_ts_into_1316_byte_datagrams() -> None:
         driver.offer(None, memoryview(chunk), 0.0)
     driver.flush()
     got = drain(sock)
-    assert got == [ts[: 1316]]  # 3 packets stay in the carry until 7 are there
+    assert got == [ts[:1316]]  # 3 packets stay in the carry until 7 are there
     driver.close()
     sock.close()
 
@@ -58,7 +58,9 @@ def test_udp_output_repacks_ts_into_1316_byte_datagrams() -> None:
 def test_rtp_output_with_redundancy_sends_to_both_legs() -> None:
     a, port_a = receiver()
     b, port_b = receiver()
-    config = RtpOutput(id="o", name="o", dest_addr=f"127.0.0.1:{port_a}", redundancy={"dest_addr": f"127.0.0.1:{port_b}"})
+    config = RtpOutput(
+        id="o", name="o", dest_addr=f"127.0.0.1:{port_a}", redundancy={"dest_addr": f"127.0.0.1:{port_b}"}
+    )
     driver = UdpOutputDriver(config, ssrc=1)
     driver.open()
     packets = [bytes([0x80, 33, 0, i]) + bytes(8) + b"\x47" * 188 for i in range(10)]
