@@ -682,7 +682,10 @@ def edge(opts: Options, name: str) -> Iterator[tuple[str, int]]:
 
 @contextlib.contextmanager
 def sink_child(count: int) -> Iterator[SinkChild]:
-    sinks = SinkChild(count)
+    """``count`` RTP sinks in a child process (its own GIL), read when epoll says so."""
+    from bench.scenarios.sinks import SinkProcess
+
+    sinks: SinkChild = SinkProcess(count)
     try:
         yield sinks
     finally:

@@ -35,8 +35,9 @@ class Profile:
         ]
         out.append("own time (function itself):")
         out += [f"  {n / self.samples:6.1%}  {name}" for name, n in self.own[:top]]
-        out.append("total time (function and its callees):")
-        out += [f"  {n / self.samples:6.1%}  {name}" for name, n in self.total[:top]]
+        out.append("total time (function and its callees; the frames on every stack left out):")
+        inner = [(name, n) for name, n in self.total if n < 0.97 * self.samples]
+        out += [f"  {n / self.samples:6.1%}  {name}" for name, n in inner[:top]]
         return out
 
 
