@@ -138,4 +138,4 @@ async def serve(
     config.graceful_timeout = 2
     if certfile and keyfile:
         config.certfile, config.keyfile = certfile, keyfile
-    await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)  # type: ignore[arg-type]
+    await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)

@@ -89,9 +89,10 @@ async def token() -> Response:
     client_ip = request.remote_addr or ""
     if settings is not None and settings.enabled:
         _rate_limiter.check(client_ip, settings.token_rate_limit_per_minute, trio.current_time())
+    body = await request.get_data(cache=True, as_text=False)
     token_request = auth.parse_token_request(
         request.headers.get("Content-Type", ""),
-        await request.get_data(cache=True),
+        body if isinstance(body, bytes) else body.encode(),
         request.headers.get("Authorization"),
     )
     return json_response(auth.issue_token(settings, token_request, int(time.time())))

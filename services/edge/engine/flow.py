@@ -204,7 +204,7 @@ class FlowRuntime:
             return SrtOutputDriver(config, self.flow_id)
         if config.type not in ("rtp", "udp"):
             raise FlowStartError(f"output type {config.type!r} is not supported by this engine yet")
-        driver = UdpOutputDriver(config, ssrc=self._ssrc)  # type: ignore[arg-type]
+        driver = UdpOutputDriver(config, ssrc=self._ssrc)
         driver.open()
         return driver
 

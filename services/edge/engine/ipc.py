@@ -45,7 +45,7 @@ class FrameDecoder:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes | bytearray) -> list[dict[str, Any]]:
         """Append received bytes; return every message now complete."""
         self._buffer += data
         messages = []
