@@ -165,10 +165,15 @@ def test_flow_create_prompts_for_missing_values_and_delete_asks_first(
     finally:
         term.close()
     assert mp.data("flow", "show", "tty1")["id"] == "tty1"
-    term = Tmux(f"mp --url {edge.url} flow list; mp --url {edge.url} flow delete tty1", tmux_env, tmp_path)
+    mp_url = f"mp --url {edge.url}"
+    term = Tmux(f"NO_COLOR=1 {mp_url} flow list; {mp_url} flow list; {mp_url} flow delete tty1", tmux_env, tmp_path)
     try:
         term.wait(r"^ID +NAME +ENABLED +INPUT +OUTPUTS")  # a table by default on a terminal
         term.wait(r"\[y/N\]: ?$")
+        headers = [line for line in term.screen(colours=True).splitlines() if "ENABLED" in line]
+        assert len(headers) == 2
+        assert "\x1b[" not in headers[0]  # NO_COLOR=1: plain
+        assert "\x1b[1m" in headers[1]  # otherwise a bold header on a terminal
         term.keys("y", "Enter")
         term.wait(r"^EXIT=0$")
     finally:
