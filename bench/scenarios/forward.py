@@ -131,6 +131,13 @@ def _record(opts: Options, key: str, results: dict[str, SearchResult], outputs: 
     }
 
 
+def _cpu_ratio(ours: SearchResult, peer: SearchResult) -> str:
+    """Our CPU per packet over the peer's, each at its own best step (the steadier figure)."""
+    if ours.best is None or peer.best is None or not peer.best.cpu_s:
+        return ""
+    return f" (CPU/pkt {ours.best.cpu_us_per_packet / peer.best.cpu_us_per_packet:.1f}x)"
+
+
 def scenario_1(opts: Options) -> list[Row]:
     peers = [("srt-live-transmit", srt_live_transmit_argv), ("socat", socat_argv)]
     with edge(opts, "s1") as (url, pid):
@@ -142,7 +149,9 @@ def scenario_1(opts: Options) -> list[Row]:
     srt = results.get("srt-live-transmit")
     peers_text = "; ".join(f"{label}: {fmt_rate(r)}" for label, r in results.items() if label != edge_target.label)
     ratios = "; ".join(
-        f"vs {label} {ratio(ours.pps, r.pps)}" for label, r in results.items() if label != edge_target.label
+        f"vs {label} {ratio(ours.pps, r.pps)}{_cpu_ratio(ours, r)}"
+        for label, r in results.items()
+        if label != edge_target.label
     )
     met = None if srt is None or srt.best is None else ours.pps >= srt.pps
     return [
@@ -171,7 +180,7 @@ def scenario_2(opts: Options) -> list[Row]:
             gst = results.get(f"gst tee x{outputs}")
             ours_text = f"{fmt_rate(ours)}; out {fmt_pps(ours.pps * outputs)}"
             peer_text = f"gst: {fmt_rate(gst)}; out {fmt_pps(gst.pps * outputs)}" if gst else "-"
-            ratio_text = f"vs gst {ratio(ours.pps, gst.pps)}" if gst else "-"
+            ratio_text = f"vs gst {ratio(ours.pps, gst.pps)}{_cpu_ratio(ours, gst)}" if gst else "-"
             if outputs == 4:
                 goal, met = ">= 1.0x GStreamer", (None if gst is None or gst.best is None else ours.pps >= gst.pps)
             else:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from typing import Any
 
+from bench.edge_forward import tree_cpu_seconds
 from bench.scenarios.common import (
     REPO,
     EdgeTarget,
@@ -32,6 +33,7 @@ from bench.scenarios.common import (
     sink_child,
     step_line,
     step_record,
+    worker_pid,
 )
 
 FALLBACK_PPS = 20000.0
@@ -43,6 +45,11 @@ def _read_json(process: subprocess.Popen[str], timeout: float) -> dict[str, Any]
     readable, _, _ = select.select([process.stdout], [], [], timeout)
     line = process.stdout.readline() if readable else ""
     return dict(json.loads(line)) if line else {}
+
+
+def _control_cpu(edge_pid: int, worker: int | None) -> float:
+    """CPU seconds of the mp-edge control process alone (the tree minus the worker)."""
+    return tree_cpu_seconds(edge_pid) - (tree_cpu_seconds(worker) if worker else 0.0)
 
 
 def scenario_5(opts: Options) -> list[Row]:
@@ -82,7 +89,10 @@ def scenario_5(opts: Options) -> list[Row]:
                         stderr=subprocess.STDOUT,
                         text=True,
                     )
+                worker = worker_pid(pid)
+                control_before = _control_cpu(pid, worker)
                 loaded = run_step(target, sinks, port, pps, seconds, sequence)
+                control_cpu = _control_cpu(pid, worker) - control_before
                 log(step_line("API + WS loaded", loaded))
                 wrk_out = wrk.communicate(timeout=seconds + 30)[0] if wrk else ""
                 ws_result = _read_json(ws, seconds + 40)
@@ -102,6 +112,8 @@ def scenario_5(opts: Options) -> list[Row]:
         "unloaded": step_record(quiet),
         "loaded": step_record(loaded),
         "wrk_requests_per_s": requests_s,
+        "control_cpu_s": round(control_cpu, 2),
+        "control_cpu_ms_per_request": round(control_cpu / max(requests_s * seconds, 1) * 1000, 1),
         "wrk_non_2xx": int(non2xx.group(1)) if non2xx else 0,
         "ws_connected": connected,
         "ws": ws_result,
@@ -111,7 +123,8 @@ def scenario_5(opts: Options) -> list[Row]:
         f"{loaded.missing} of {loaded.sent:,} lost at {fmt_pps(pps)} ({basis}); "
         f"p99 {loaded.latency_ms.get('p99', float('nan')):.2f} ms loaded vs "
         f"{quiet.latency_ms.get('p99', float('nan')):.2f} ms unloaded ({quiet.missing} lost); "
-        f"API under load: wrk {requests_s:,.0f} req/s on /api/v1/stats, "
+        f"API under load: wrk {requests_s:,.0f} req/s on /api/v1/stats "
+        f"(control process {control_cpu / seconds:.0%} of a core), "
         f"{connected}/{opts.ws_clients} WebSocket clients, {ws_result.get('frames', 0)} frames"
     )
     met = loaded.lossless and quiet.lossless and bool(match) and connected == opts.ws_clients
