@@ -206,6 +206,8 @@ async def _follow(
                     shown, last_shown = shown + 1, now
                     if count is not None and shown >= count:
                         return
+        except BrokenPipeError:
+            raise  # our stdout was closed (`| head`): that ends the watch, it is no stream trouble
         except ConnectionRejected as exc:
             if exc.status_code == 401 and connected_once and not refreshed:
                 refreshed = True  # the edge restarted with a new signing key: get a new token once

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import Mp, one_line_error
+from tests.cli.helpers import MP, Mp, one_line_error
 from tests.helpers.edge import ADMIN, MONITOR, Edge, auth_section, free_udp_port, running_edge, wait_for
 from tests.helpers.media import rtp_stream, send_datagrams
 
@@ -205,6 +206,21 @@ def test_stats_once_and_watch_piped(mp: Mp) -> None:
         done = mp.ok("stats", "--watch", "--count", "1", "-o", "json", timeout=30)
         assert [f["flow_id"] for f in json.loads(done.stdout)["flows"]] == ["st1"]
         one_line_error(mp("stats", "nope", "--watch"), 3)
+
+        # `mp stats --watch | head -1`: a closed pipe ends the watch quietly, with status 0
+        proc = subprocess.Popen(
+            [MP, "stats", "--watch"], env=mp.env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            assert json.loads(proc.stdout.readline())["flows"][0]["flow_id"] == "st1"
+            proc.stdout.close()
+            assert proc.wait(30) == 0
+            assert proc.stderr.read() == ""
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
     finally:
         mp.ok("flow", "delete", "st1", "--yes")
 

@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -233,4 +232,3 @@ def test_a_first_connection_that_fails_is_one_line(cli_env: dict[str, str]) -> N
         f"mp: cannot open the stats stream at ws://{url[7:]}/api/v1/ws/stats: connection refused "
         "(is mp-edge running? try: mp health)\n"
     )
-    _ = time
