@@ -84,7 +84,7 @@ class Options:
             start_pps=5000.0,
             rounds=1,
             profile=False,
-            flows=5,
+            flows=3,
             multiflow_seconds=1.0,
             latency_seconds=1.0,
             isolation_seconds=1.0,

@@ -41,8 +41,8 @@ from bench.scenarios.common import (
 )
 
 # Search budgets (seconds); a full run of all six scenarios must stay under 15 minutes.
-S1_BUDGET_S = 200.0
-S2_BUDGET_S = {4: 150.0, 16: 150.0}
+S1_BUDGET_S = 180.0
+S2_BUDGET_S = {4: 140.0, 16: 120.0}
 OUTPUT_GOAL_16 = 500_000  # scenario 2: total output packets/s with 16 outputs
 
 

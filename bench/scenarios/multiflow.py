@@ -223,7 +223,7 @@ def scenario_3(opts: Options) -> list[Row]:
 
 def scenario_6(opts: Options) -> list[Row]:
     flows = opts.flows
-    traffic_s = 1.0 if opts.quick else 4.0
+    traffic_s = 0.5 if opts.quick else 4.0
     samples: dict[str, tuple[int, int]] = {}
     with edge(opts, "s6") as (url, pid), sink_child(flows) as sinks:
         time.sleep(0.5 if opts.quick else 2.0)
