@@ -1,0 +1,288 @@
+"""SRT input redundancy through a real mp-edge when each leg really loses different messages.
+
+Two srt-live-transmit callers are fed the same RTP/MPEG-TS stream over UDP (every datagram to
+both). Each calls one of the edge's two listener legs through its own lossy relay. SRT's ARQ
+repairs scattered UDP loss within the latency, so random drops alone only show up as
+retransmissions. Cutting a link for longer than the latency is not enough either: nothing
+later than the hole has arrived, so the retransmissions fill it after the link is back and the
+leg delivers everything, only late (measured: one leg "lost" 180 of 400, the other 954, all
+by lateness). So to make a leg lose *messages*, each relay has an outage, at a different moment
+on each leg, during which it drops every SRT data packet and then keeps dropping every
+retransmission of those sequence numbers; control packets (ACK, NAK) pass. With ``tlpktdrop``
+on, the receiving libsrt skips the hole once the packet after it is due, so each leg delivers
+the stream with a different hole in it. The edge merges the legs on the RTP sequence number,
+and its RTP output must be exactly the source stream: no gap, no duplicate, nothing reordered.
+
+The relay: ``tests.tools.lossy_proxy.LossyUdpProxy`` forwards one way only (its replies come
+from a socket nobody reads), and an SRT connection needs the listener's handshake answers,
+ACKs and NAKs to get back to the caller. So ``SrtLegRelay`` below carries both directions
+itself and takes its drop decisions from a ``LossyUdpProxy`` used as the rule engine
+(``should_drop``, documented as usable without its thread): same seeds, same rules, same
+stats. Everything is on loopback and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
+from tests.helpers.media import UdpSink, rtp_stream
+from tests.tools.lossy_proxy import LossyUdpProxy
+
+pytestmark = [pytest.mark.e2e, pytest.mark.interop]
+SLT = shutil.which("srt-live-transmit")
+LATENCY_MS = 120
+PACKETS = 4000
+PPS = 1000.0
+OUTAGE = 400  # datagrams (400 ms at 1000 pps): well past the SRT latency, so messages are lost
+OUTAGES = {0: 900, 1: 2300}  # the stream index at which each leg's link goes down
+DROP_RATE = 0.03  # scattered UDP loss on top, on every leg, that ARQ is expected to repair
+MAX_RELAY_S = 60.0
+
+
+@pytest.fixture(autouse=True)
+def need_slt() -> None:
+    if SLT is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("srt-live-transmit (srt-tools) is missing in CI")
+        pytest.skip("srt-live-transmit (srt-tools) is not installed")
+
+
+@pytest.fixture
+def edge(tmp_path: Path) -> Iterator[Edge]:
+    with running_edge(tmp_path) as edge:
+        yield edge
+
+
+@dataclass
+class RelayCounts:
+    forward: int = 0  # caller -> edge datagrams seen
+    forward_dropped: int = 0  # by the rules (random loss on data and control packets alike)
+    data_dropped: int = 0  # of those, SRT data packets (first bit 0)
+    outage_dropped: int = 0  # data packets (first sends and retransmissions) of an outage's messages
+    outage_messages: int = 0  # distinct SRT sequence numbers taken out by outages
+    backward: int = 0  # edge -> caller datagrams
+
+
+class SrtLegRelay:
+    """A two-way UDP relay for one SRT connection; lossy by ``rules`` (a LossyUdpProxy).
+
+    The caller sends to ``port``; the relay forwards to ``target`` from its own socket, and
+    what the target answers goes back to the caller's last address. Caller-to-edge datagrams
+    are dropped by ``rules.should_drop``. While ``outage()`` is on, every SRT data packet is
+    dropped and its sequence number remembered, and every later copy of those (retransmissions)
+    is dropped too, so those messages never reach the edge on this leg. Stops on ``stop()``
+    and in any case after ``MAX_RELAY_S``.
+    """
+
+    def __init__(self, target: tuple[str, int], rules: LossyUdpProxy) -> None:
+        self.target = target
+        self.rules = rules
+        self.counts = RelayCounts()
+        self._front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for sock in (self._front, self._back):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            sock.bind(("127.0.0.1", 0))
+            sock.setblocking(False)
+        self._caller: tuple[str, int] | None = None
+        self._gone: set[int] = set()  # SRT sequence numbers this leg must never deliver
+        self._down = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"srt-relay-{self.port}", daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self._front.getsockname()[1])
+
+    def outage(self, on: bool) -> None:
+        if on:
+            self._down.set()
+        else:
+            self._down.clear()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(5)
+        self._front.close()
+        self._back.close()
+        self.rules.stop()  # closes the rule engine's own (never used) sockets
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + MAX_RELAY_S
+        counts = self.counts
+        while not self._stopping.is_set() and time.monotonic() < deadline:
+            readable, _, _ = select.select([self._front, self._back], [], [], 0.02)
+            for sock in readable:
+                for _ in range(256):  # a bounded batch per wake-up
+                    try:
+                        data, source = sock.recvfrom(65535)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:
+                        return
+                    if sock is self._front:
+                        self._caller = source
+                        index = counts.forward
+                        counts.forward += 1
+                        if len(data) >= 16 and not data[0] & 0x80:  # a data packet: 31-bit sequence number
+                            seq = int.from_bytes(data[:4], "big")
+                            if self._down.is_set() and seq not in self._gone:
+                                self._gone.add(seq)
+                                counts.outage_messages += 1
+                            if seq in self._gone:
+                                counts.outage_dropped += 1
+                                continue
+                        if self.rules.should_drop(index, data):
+                            counts.forward_dropped += 1
+                            counts.data_dropped += not data[0] & 0x80
+                            continue
+                        self._send(self._back, data, self.target)
+                    else:
+                        counts.backward += 1
+                        if self._caller is not None:
+                            self._send(self._front, data, self._caller)
+
+    @staticmethod
+    def _send(sock: socket.socket, data: bytes, dest: tuple[str, int]) -> None:
+        try:
+            sock.sendto(data, dest)
+        except OSError:
+            pass  # a full buffer on loopback: the SRT layer above sees it as loss
+
+
+class Slt:
+    def __init__(self, log: Path, source: str, target: str) -> None:
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [str(SLT), source, target], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def stats(edge: Edge, flow_id: str) -> dict[str, object]:
+    with edge.client() as api:
+        data: dict[str, object] = api.get(f"/api/v1/stats/{flow_id}").json()["data"]
+        return data
+
+
+def test_srt_redundancy_merges_two_legs_that_lose_different_messages(edge: Edge, tmp_path: Path) -> None:
+    leg_ports = [free_udp_port(), free_udp_port()]
+    feed_ports = [free_udp_port(), free_udp_port()]
+    out = free_udp_port()
+    leg = {"latency_ms": LATENCY_MS, "tlpkt_drop": True}
+    flow = {
+        "id": "lossy",
+        "name": "two lossy legs",
+        "input": {
+            "type": "srt",
+            "mode": "listener",
+            "local_addr": f"127.0.0.1:{leg_ports[0]}",
+            **leg,
+            "redundancy": {"mode": "listener", "local_addr": f"127.0.0.1:{leg_ports[1]}", **leg},
+        },
+        "outputs": [{"type": "rtp", "id": "o", "name": "o", "dest_addr": f"127.0.0.1:{out}"}],
+    }
+    with edge.client() as api:
+        answer = api.post("/api/v1/flows", json=flow)
+        assert answer.status_code == 200, answer.text
+    relays: list[SrtLegRelay] = []
+    callers: list[Slt] = []
+    try:
+        for i, seed in enumerate((11, 29)):
+            # passthrough_first: let the handshake through cleanly; the loss starts with the stream.
+            rules = LossyUdpProxy(("127.0.0.1", leg_ports[i]), drop_rate=DROP_RATE, seed=seed, passthrough_first=50)
+            relays.append(SrtLegRelay(("127.0.0.1", leg_ports[i]), rules))
+        for i, relay in enumerate(relays):
+            # RTP-wrapped TS is 1328 bytes: over SRT's default 1316-byte live payload, so the
+            # caller sets payloadsize (its UDP reads take up to -chunk 1456 bytes by default).
+            callers.append(
+                Slt(
+                    tmp_path / f"slt{i + 1}.log",
+                    f"udp://127.0.0.1:{feed_ports[i]}",
+                    f"srt://127.0.0.1:{relay.port}?mode=caller&latency={LATENCY_MS}&tlpktdrop=1&payloadsize=1456",
+                )
+            )
+
+        def both_connected() -> bool:
+            s: dict[str, dict[str, object] | None] = stats(edge, "lossy")["input"]  # type: ignore[assignment]
+            return all((s.get(key) or {}).get("state") == "connected" for key in ("srt_stats", "srt_leg2_stats"))
+
+        wait_for(both_connected, timeout=15)
+        time.sleep(0.3)  # srt-live-transmit reads its UDP input once its target is connected
+        packets = list(rtp_stream(PACKETS, first_seq=65000))  # the sequence wraps mid-stream too
+        downs = {OUTAGES[k]: relays[k] for k in (0, 1)}
+        ups = {OUTAGES[k] + OUTAGE: relays[k] for k in (0, 1)}
+        with UdpSink(out) as sink, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            start = time.monotonic()
+            for i, packet in enumerate(packets):
+                if i in downs:
+                    downs[i].outage(True)
+                if i in ups:
+                    ups[i].outage(False)
+                tx.sendto(packet, ("127.0.0.1", feed_ports[0]))
+                tx.sendto(packet, ("127.0.0.1", feed_ports[1]))
+                ahead = start + (i + 1) / PPS - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+            wait_for(lambda: len(sink.datagrams) >= PACKETS, timeout=10)
+            time.sleep(0.3)  # a duplicate would come now
+        got = sink.datagrams
+        missing = len({p[2:4] for p in packets} - {g[2:4] for g in got})
+        assert len(got) == PACKETS and missing == 0, f"{len(got)} datagrams, {missing} sequence numbers missing"
+        assert got == packets  # exact: in order, no duplicate, bytes untouched
+
+        s = stats(edge, "lossy")
+        inp = s["input"]
+        assert inp["packets_lost"] == 0  # type: ignore[index]
+        # The per-leg merge counters are in the media analysis block (docs: stats "redundancy").
+        redundancy = s["media_analysis"]["redundancy"]  # type: ignore[index]
+        assert redundancy["standard"] == "dual-leg"
+        assert redundancy["lost_on_both"] == 0
+        leg_lost = [leg_stats["lost"] for leg_stats in redundancy["legs"]]
+        srt_lost = [inp["srt_stats"]["pkt_loss_total"], inp["srt_leg2_stats"]["pkt_loss_total"]]  # type: ignore[index]
+        taken = [relay.counts.outage_messages for relay in relays]
+        random_drops = [relay.counts.data_dropped for relay in relays]
+        detail = {
+            "merger_leg_lost": leg_lost,
+            "srt_pkt_loss_total": srt_lost,
+            "outage_messages": taken,
+            "random_data_drops": random_drops,
+            "relays": [relay.counts for relay in relays],
+        }
+        print(detail)  # shown with -s, and on a failure
+        for k in (0, 1):
+            # Each leg really lost messages, different ones: an outage took ~OUTAGE messages out of
+            # it, the merger saw that hole on that leg, and libsrt on that leg counted the loss.
+            assert OUTAGE // 2 <= taken[k] <= 2 * OUTAGE, detail
+            assert leg_lost[k] >= taken[k] * 0.9 and leg_lost[k] < PACKETS // 2, detail
+            assert srt_lost[k] >= taken[k] // 2, detail
+            assert random_drops[k] > 0, detail  # and scattered loss that ARQ repaired
+        assert inp["redundancy_switches"] >= 2  # type: ignore[index]
+        assert s["state"] == "Running"
+    finally:
+        for caller in callers:
+            caller.stop()
+        for relay in relays:
+            relay.stop()
