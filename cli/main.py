@@ -9,17 +9,12 @@ then compile and eval every parameter's annotation string on every start.
 
 import os
 import sys
+from importlib import import_module
 from typing import Annotated, Optional
 
 import typer
 
 from cli import _fastparams
-from cli.commands import auth as auth_cmd
-from cli.commands import config as config_cmd
-from cli.commands import flow as flow_cmd
-from cli.commands import misc as misc_cmd
-from cli.commands import output as output_cmd
-from cli.commands import stats as stats_cmd
 from cli.context import State
 from cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, MpError
 
@@ -29,24 +24,65 @@ EPILOG = (
     "~/.config/mp/config.toml (--profile), then http://127.0.0.1:8080.  See docs/cli.md."
 )
 
-app = typer.Typer(
-    name="mp",
-    help="Control and watch a Mediaplane edge: flows, outputs, statistics, configuration.",
-    epilog=EPILOG,
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    pretty_exceptions_show_locals=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.add_typer(flow_cmd.app, name="flow")
-app.add_typer(output_cmd.app, name="output")
-app.add_typer(config_cmd.app, name="config")
-app.add_typer(auth_cmd.app, name="auth")
-app.add_typer(misc_cmd.setup_app, name="setup")
-app.command("stats")(stats_cmd.stats)
-app.command("health")(misc_cmd.health)
-app.command("completion")(misc_cmd.completion)
+# name -> (module, attribute, is a group). The order is the order of `mp --help`.
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "flow": ("cli.commands.flow", "app", True),
+    "output": ("cli.commands.output", "app", True),
+    "stats": ("cli.commands.stats", "stats", False),
+    "config": ("cli.commands.config", "app", True),
+    "health": ("cli.commands.misc", "health", False),
+    "auth": ("cli.commands.auth", "app", True),
+    "setup": ("cli.commands.misc", "setup_app", True),
+    "completion": ("cli.commands.misc", "completion", False),
+}
+# Global options that take a value (so the word after them is not the command name).
+_VALUE_OPTIONS = frozenset({"--url", "--token", "--client-id", "--client-secret", "--profile", "-p", "--timeout"})
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The Typer app with every command, or with just `only` (what this run needs).
+
+    Typer turns every registered command into a Click command on each run
+    (signatures, annotations, defaults), so registering only the one asked for
+    keeps the start of `mp flow list` short. Help, completion and unknown names
+    get the whole tree.
+    """
+    app = typer.Typer(
+        name="mp",
+        help="Control and watch a Mediaplane edge: flows, outputs, statistics, configuration.",
+        epilog=EPILOG,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        pretty_exceptions_show_locals=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(root)
+    for name, (module, attr, group) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        target = getattr(import_module(module), attr)
+        if group:
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+    return app
+
+
+def command_name(args: list[str]) -> str | None:
+    """The command word of `args` if it names a known command, else None (build everything)."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _VALUE_OPTIONS:
+            skip = True
+        elif arg == "--":
+            return None
+        elif not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
 
 _debug = False
 
@@ -59,7 +95,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def root(
     ctx: typer.Context,
     url: Annotated[Optional[str], typer.Option("--url", help="Edge API base URL.", metavar="URL")] = None,  # noqa: UP045
@@ -105,22 +140,37 @@ def _debug_requested(argv: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The `mp` console script: run the app, turn MpError into one line and an exit code."""
+    """The `mp` console script: run the app; every failure is one line on stderr and an exit code.
+
+    Typer runs in non-standalone mode so that its usage errors too become one
+    line (`mp: No such option: --nmae (try: mp flow create --help)`, exit 2)
+    rather than a framed block, which a serial console or a log reads badly.
+    """
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
     _fastparams.install()
-    if os.environ.get("_MP_COMPLETE"):  # a shell asks for completions (mp completion bash|zsh|fish)
+    completing = bool(os.environ.get("_MP_COMPLETE"))
+    if completing:  # a shell asks for completions (mp completion bash|zsh|fish)
         from typer.completion import completion_init  # type: ignore[attr-defined]
 
         completion_init()  # add_completion=False leaves Typer's shell classes unregistered
     args = sys.argv[1:] if argv is None else argv
     try:
-        app(args=args, prog_name="mp")
+        app = build_app(None if completing else command_name(args))
+        code = app(args=args, prog_name="mp", standalone_mode=False)
+    except NoArgsIsHelpError as err:  # `mp` or `mp flow` alone: Typer printed the help when it made err
+        raise SystemExit(err.exit_code) from None
+    except ClickException as err:  # Typer's usage errors: bad option, missing argument...
+        ctx = getattr(err, "ctx", None)
+        where = ctx.command_path if ctx is not None else "mp"
+        _fail(f"mp: {err.format_message()} (try: {where} --help)", err.exit_code)
+    except typer.Abort as err:  # Ctrl-C or end of input at a prompt
+        interrupted = isinstance(err.__context__, KeyboardInterrupt)
+        _fail("" if interrupted else "mp: aborted", EXIT_INTERRUPTED if interrupted else EXIT_FAILURE)
     except MpError as err:
         if _debug_requested(args):
             raise
-        from cli.render import message
-
-        message(f"mp: {err}")
-        raise SystemExit(err.exit_code) from None
+        _fail(f"mp: {err}", err.exit_code)
     except KeyboardInterrupt:
         if _debug_requested(args):
             raise
@@ -128,11 +178,19 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # the CLI's one broad catch: one line, traceback under --debug
         if _debug_requested(args):
             raise
+        text = str(exc).splitlines()[0][:200] if str(exc) else ""
+        detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        _fail(f"mp: internal error: {detail} (rerun with --debug)", EXIT_FAILURE)
+    if isinstance(code, int) and code != 0:  # typer.Exit(n) and Ctrl-C (130) come back as a number
+        raise SystemExit(code)
+
+
+def _fail(text: str, code: int) -> None:
+    if text:
         from cli.render import message
 
-        text = str(exc).splitlines()[0][:200] if str(exc) else ""
-        message(f"mp: internal error: {type(exc).__name__}{': ' + text if text else ''} (rerun with --debug)")
-        raise SystemExit(EXIT_FAILURE) from None
+        message(text)
+    raise SystemExit(code) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

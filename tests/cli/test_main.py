@@ -38,7 +38,34 @@ def test_usage_errors_exit_2(args: list[str], cli_env: dict[str, str], capsys: p
     code, out, err = run_mp(args, capsys)
     assert code == 2
     assert out == ""
-    assert err  # Typer's usage message on stderr
+    assert err.count("\n") == 1 and err.startswith("mp: ")  # one line, like every other error
+    assert err.endswith(" --help)\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["flwo", "list"], "mp: No such command 'flwo'. Did you mean 'flow'? (try: mp --help)\n"),
+        (["flow", "show"], "mp: Missing argument 'FLOW'. (try: mp flow show --help)\n"),
+        (
+            ["flow", "list", "-o", "xml"],
+            "mp: Invalid value for '-o' / '--format': 'xml' is not one of 'table', 'json', 'yaml'. "
+            "(try: mp flow list --help)\n",
+        ),
+    ],
+)
+def test_usage_error_text(
+    args: list[str], expected: str, cli_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_mp(args, capsys) == (2, "", expected)
+
+
+def test_command_name_finds_the_word_after_global_options() -> None:
+    assert cli.main.command_name(["--url", "http://x:1", "-p", "lab", "--debug", "flow", "list"]) == "flow"
+    assert cli.main.command_name(["--timeout", "5", "stats", "--watch"]) == "stats"
+    assert cli.main.command_name(["--url", "flow"]) is None  # "flow" is the URL here; nothing named: whole tree
+    assert cli.main.command_name(["nosuch"]) is None
+    assert cli.main.command_name(["--help"]) is None
 
 
 def test_ctrl_c_exits_130_without_a_traceback(
