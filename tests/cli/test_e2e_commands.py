@@ -299,6 +299,7 @@ def test_roles_tokens_and_profiles(auth_edge: Edge, cli_env: dict[str, str]) -> 
     assert "admin" in line
     one_line_error(mp("flow", "list", env={"MEDIAPLANE_TOKEN": "not-a-token"}), 4)
     one_line_error(mp("--token", "not-a-token", "flow", "list"), 4)
+    one_line_error(mp("--token", "not-a-token", "stats", "--watch", "--count", "1"), 4)  # 401 before the upgrade
     good = auth_edge.token("admin")
     assert mp.data("--token", good, "flow", "list") == {"flows": []}
 
