@@ -10,7 +10,7 @@ from cli.context import FormatOption, JsonOption, interactive, prompt, state
 from cli.errors import AuthNeeded, UsageError
 from cli.render import emit, message, resolve_format
 
-app = typer.Typer(help="Log in to the edge (OAuth client credentials).", no_args_is_help=True)
+app = typer.Typer(help="Log in to the edge (OAuth client credentials).", no_args_is_help=True, rich_markup_mode=None)
 
 
 @app.command("login")

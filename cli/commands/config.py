@@ -8,7 +8,9 @@ from cli.context import FormatOption, JsonOption, YesOption, confirm, read_body,
 from cli.errors import UsageError
 from cli.render import emit, holds_redacted, message, redact, resolve_format
 
-app = typer.Typer(help="The edge's whole configuration (all flows at once).", no_args_is_help=True)
+app = typer.Typer(
+    help="The edge's whole configuration (all flows at once).", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def _summary(data: Any, colour: bool) -> str:

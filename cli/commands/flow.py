@@ -8,7 +8,7 @@ from cli.context import FormatOption, JsonOption, YesOption, confirm, interactiv
 from cli.errors import UsageError
 from cli.render import emit, message, resolve_format
 
-app = typer.Typer(help="Flows: one input fanned out to outputs.", no_args_is_help=True)
+app = typer.Typer(help="Flows: one input fanned out to outputs.", no_args_is_help=True, rich_markup_mode=None)
 
 LIST_HINT = "try: mp flow list"
 FlowArg = Annotated[str, typer.Argument(help="Flow id.", metavar="FLOW")]
@@ -193,11 +193,12 @@ def create(
 ) -> None:
     """Create a flow (started at once unless --disabled).
 
-    From flags:  mp flow create cam1 --name "Cam 1" --input rtp://0.0.0.0:5000 --output udp://239.1.1.1:5000
-
-    SRT:         mp flow create cam2 --name "Cam 2" --input 'srt://:9000' --output 'srt://10.0.0.9:9000?mode=caller&latency=120'
-
-    From a file: mp flow create -f flow.json   (or -f - to read stdin)
+    \b
+    Flags:  mp flow create cam1 --name "Cam 1" --input rtp://0.0.0.0:5000 \\
+                --output udp://239.1.1.1:5000
+    SRT:    mp flow create cam2 --name "Cam 2" --input 'srt://:9000' \\
+                --output 'srt://10.0.0.9:9000?mode=caller&latency=120'
+    File:   mp flow create -f flow.json      (-f - reads stdin)
 
     With a terminal and values missing, mp asks for them. The body is checked
     against the flow model before anything is sent.

@@ -7,7 +7,7 @@ import typer
 from cli.context import FormatOption, JsonOption, state
 from cli.render import emit, resolve_format
 
-setup_app = typer.Typer(help="The first-boot setup wizard's settings.", no_args_is_help=True)
+setup_app = typer.Typer(help="The first-boot setup wizard's settings.", no_args_is_help=True, rich_markup_mode=None)
 
 
 def _health_table(data: Any, colour: bool) -> str:
@@ -45,15 +45,14 @@ def setup_status(ctx: typer.Context, fmt: FormatOption = None, as_json: JsonOpti
 
 
 def completion(
-    shell: Annotated[Literal["bash", "zsh", "fish"], typer.Argument(help="bash, zsh or fish.")],
+    shell: Annotated[Literal["bash", "zsh", "fish"], typer.Argument(help="bash, zsh or fish.", metavar="SHELL")],
 ) -> None:
     """Print the shell completion script.
 
-    bash: source <(mp completion bash)   (or save it in /etc/bash_completion.d/mp)
-
-    zsh:  mp completion zsh > "${fpath[1]}/_mp"
-
-    fish: mp completion fish > ~/.config/fish/completions/mp.fish
+    \b
+    bash:  source <(mp completion bash)    (or save it as /etc/bash_completion.d/mp)
+    zsh:   mp completion zsh > "${fpath[1]}/_mp"
+    fish:  mp completion fish > ~/.config/fish/completions/mp.fish
     """
     from typer.completion import get_completion_script  # type: ignore[attr-defined]  # see style guide 5
 

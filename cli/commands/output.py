@@ -9,7 +9,9 @@ from cli.context import FormatOption, JsonOption, YesOption, confirm, read_body,
 from cli.errors import UsageError
 from cli.render import emit, message, resolve_format
 
-app = typer.Typer(help="Outputs of a flow, added and removed while it runs.", no_args_is_help=True)
+app = typer.Typer(
+    help="Outputs of a flow, added and removed while it runs.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def _outputs_table(data: Any, colour: bool) -> str:
@@ -51,9 +53,9 @@ def add(
 ) -> None:
     """Add an output to a flow; a running flow keeps running.
 
-    Example: mp output add cam1 udp://239.1.1.2:5000 --name "To studio B"
-
-    SRT:     mp output add cam1 'srt://203.0.113.7:9000?mode=caller&latency=500&passphrase=correct-horse-42'
+    \b
+    UDP:  mp output add cam1 udp://239.1.1.2:5000 --name "To studio B"
+    SRT:  mp output add cam1 'srt://203.0.113.7:9000?mode=caller&latency=500'
     """
     from pydantic import TypeAdapter, ValidationError
 

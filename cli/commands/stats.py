@@ -80,11 +80,10 @@ def stats(
 ) -> None:
     """Flow statistics: state, health, input bitrate, loss, FEC, TR-101290 P1/P2, output rates.
 
-    Once:      mp stats            mp stats cam1 -o json
-
-    Live:      mp stats --watch    (a table redrawn in place; Ctrl-C to quit)
-
-    Scripts:   mp stats cam1 --watch --count 5 | jq .input.bitrate_bps
+    \b
+    Once:     mp stats             mp stats cam1 -o json
+    Live:     mp stats --watch     (a table redrawn in place; Ctrl-C to quit)
+    Scripts:  mp stats cam1 --watch --count 5 | jq .input.bitrate_bps
 
     When piped (or with -o json), --watch prints one JSON object per update:
     the flow's statistics object with FLOW, else {"flows": [...]}. It follows the

@@ -69,6 +69,7 @@ def test_help_imports_no_server_stack(cli_env: dict[str, str]) -> None:
     assert not found & SERVER_STACK
     assert not found & HEAVY
     assert "pydantic" not in found
+    assert "rich" not in found  # plain Click help (rich_markup_mode=None)
 
 
 @pytest.mark.parametrize("args", [["flow", "create", "--help"], ["stats", "--help"], ["--version"]])
