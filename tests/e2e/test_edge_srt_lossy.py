@@ -23,6 +23,7 @@ stats. Everything is on loopback and every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -187,11 +188,22 @@ def stats(edge: Edge, flow_id: str) -> dict[str, object]:
         return data
 
 
-def test_srt_redundancy_merges_two_legs_that_lose_different_messages(edge: Edge, tmp_path: Path) -> None:
+@dataclass
+class Run:
+    packets: list[bytes]  # what was fed to both callers
+    got: list[bytes]  # what the edge's RTP output delivered
+    stats: dict[str, object]  # the flow's stats afterwards
+    relays: list[SrtLegRelay]
+
+
+def run_two_lossy_legs(edge: Edge, tmp_path: Path, latencies: tuple[int, int], outages: dict[int, int]) -> Run:
+    """Feed PACKETS through two srt-live-transmit callers and two lossy relays into one
+    redundant SRT input (leg k with SRT latency ``latencies[k]``; ``outages``: leg -> stream
+    index where its OUTAGE-long outage starts); collect the edge's RTP output."""
     leg_ports = [free_udp_port(), free_udp_port()]
     feed_ports = [free_udp_port(), free_udp_port()]
     out = free_udp_port()
-    leg = {"latency_ms": LATENCY_MS, "tlpkt_drop": True}
+    legs = [{"latency_ms": latency, "tlpkt_drop": True} for latency in latencies]
     flow = {
         "id": "lossy",
         "name": "two lossy legs",
@@ -199,8 +211,8 @@ def test_srt_redundancy_merges_two_legs_that_lose_different_messages(edge: Edge,
             "type": "srt",
             "mode": "listener",
             "local_addr": f"127.0.0.1:{leg_ports[0]}",
-            **leg,
-            "redundancy": {"mode": "listener", "local_addr": f"127.0.0.1:{leg_ports[1]}", **leg},
+            **legs[0],
+            "redundancy": {"mode": "listener", "local_addr": f"127.0.0.1:{leg_ports[1]}", **legs[1]},
         },
         "outputs": [{"type": "rtp", "id": "o", "name": "o", "dest_addr": f"127.0.0.1:{out}"}],
     }
@@ -221,7 +233,7 @@ def test_srt_redundancy_merges_two_legs_that_lose_different_messages(edge: Edge,
                 Slt(
                     tmp_path / f"slt{i + 1}.log",
                     f"udp://127.0.0.1:{feed_ports[i]}",
-                    f"srt://127.0.0.1:{relay.port}?mode=caller&latency={LATENCY_MS}&tlpktdrop=1&payloadsize=1456",
+                    f"srt://127.0.0.1:{relay.port}?mode=caller&latency={latencies[i]}&tlpktdrop=1&payloadsize=1456",
                 )
             )
 
@@ -232,8 +244,8 @@ def test_srt_redundancy_merges_two_legs_that_lose_different_messages(edge: Edge,
         wait_for(both_connected, timeout=15)
         time.sleep(0.3)  # srt-live-transmit reads its UDP input once its target is connected
         packets = list(rtp_stream(PACKETS, first_seq=65000))  # the sequence wraps mid-stream too
-        downs = {OUTAGES[k]: relays[k] for k in (0, 1)}
-        ups = {OUTAGES[k] + OUTAGE: relays[k] for k in (0, 1)}
+        downs = {at: relays[k] for k, at in outages.items()}
+        ups = {at + OUTAGE: relays[k] for k, at in outages.items()}
         with UdpSink(out) as sink, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
             start = time.monotonic()
             for i, packet in enumerate(packets):
@@ -246,43 +258,73 @@ def test_srt_redundancy_merges_two_legs_that_lose_different_messages(edge: Edge,
                 ahead = start + (i + 1) / PPS - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)
-            wait_for(lambda: len(sink.datagrams) >= PACKETS, timeout=10)
+            with contextlib.suppress(AssertionError):  # a shortfall is the caller's to judge
+                wait_for(lambda: len(sink.datagrams) >= PACKETS, timeout=5 + max(latencies) / 1000)
             time.sleep(0.3)  # a duplicate would come now
-        got = sink.datagrams
-        missing = len({p[2:4] for p in packets} - {g[2:4] for g in got})
-        assert len(got) == PACKETS and missing == 0, f"{len(got)} datagrams, {missing} sequence numbers missing"
-        assert got == packets  # exact: in order, no duplicate, bytes untouched
-
-        s = stats(edge, "lossy")
-        inp = s["input"]
-        assert inp["packets_lost"] == 0  # type: ignore[index]
-        # The per-leg merge counters are in the media analysis block (docs: stats "redundancy").
-        redundancy = s["media_analysis"]["redundancy"]  # type: ignore[index]
-        assert redundancy["standard"] == "dual-leg"
-        assert redundancy["lost_on_both"] == 0
-        leg_lost = [leg_stats["lost"] for leg_stats in redundancy["legs"]]
-        srt_lost = [inp["srt_stats"]["pkt_loss_total"], inp["srt_leg2_stats"]["pkt_loss_total"]]  # type: ignore[index]
-        taken = [relay.counts.outage_messages for relay in relays]
-        random_drops = [relay.counts.data_dropped for relay in relays]
-        detail = {
-            "merger_leg_lost": leg_lost,
-            "srt_pkt_loss_total": srt_lost,
-            "outage_messages": taken,
-            "random_data_drops": random_drops,
-            "relays": [relay.counts for relay in relays],
-        }
-        print(detail)  # shown with -s, and on a failure
-        for k in (0, 1):
-            # Each leg really lost messages, different ones: an outage took ~OUTAGE messages out of
-            # it, the merger saw that hole on that leg, and libsrt on that leg counted the loss.
-            assert OUTAGE // 2 <= taken[k] <= 2 * OUTAGE, detail
-            assert leg_lost[k] >= taken[k] * 0.9 and leg_lost[k] < PACKETS // 2, detail
-            assert srt_lost[k] >= taken[k] // 2, detail
-            assert random_drops[k] > 0, detail  # and scattered loss that ARQ repaired
-        assert inp["redundancy_switches"] >= 2  # type: ignore[index]
-        assert s["state"] == "Running"
+        return Run(packets, list(sink.datagrams), stats(edge, "lossy"), relays)
     finally:
         for caller in callers:
             caller.stop()
         for relay in relays:
             relay.stop()
+
+
+def missing_sequences(run: Run) -> int:
+    return len({p[2:4] for p in run.packets} - {g[2:4] for g in run.got})
+
+
+def test_srt_redundancy_merges_two_legs_that_lose_different_messages(edge: Edge, tmp_path: Path) -> None:
+    run = run_two_lossy_legs(edge, tmp_path, (LATENCY_MS, LATENCY_MS), OUTAGES)
+    missing = missing_sequences(run)
+    assert len(run.got) == PACKETS and missing == 0, f"{len(run.got)} datagrams, {missing} sequence numbers missing"
+    assert run.got == run.packets  # exact: in order, no duplicate, bytes untouched
+
+    s = run.stats
+    inp = s["input"]
+    assert inp["packets_lost"] == 0  # type: ignore[index]
+    # The per-leg merge counters are in the media analysis block (docs: stats "redundancy").
+    redundancy = s["media_analysis"]["redundancy"]  # type: ignore[index]
+    assert redundancy["standard"] == "dual-leg"
+    assert redundancy["lost_on_both"] == 0
+    leg_lost = [leg_stats["lost"] for leg_stats in redundancy["legs"]]
+    srt_lost = [inp["srt_stats"]["pkt_loss_total"], inp["srt_leg2_stats"]["pkt_loss_total"]]  # type: ignore[index]
+    taken = [relay.counts.outage_messages for relay in run.relays]
+    random_drops = [relay.counts.data_dropped for relay in run.relays]
+    detail = {
+        "merger_leg_lost": leg_lost,
+        "srt_pkt_loss_total": srt_lost,
+        "outage_messages": taken,
+        "random_data_drops": random_drops,
+        "relays": [relay.counts for relay in run.relays],
+    }
+    print(detail)  # shown with -s, and on a failure
+    for k in (0, 1):
+        # Each leg really lost messages, different ones: an outage took ~OUTAGE messages out of
+        # it, the merger saw that hole on that leg, and libsrt on that leg counted the loss.
+        # (The merger's per-leg count can be higher: it also counts a copy that came more than
+        # its 50 ms window after the other leg's, which happens under load; see the test below.)
+        assert OUTAGE // 2 <= taken[k] <= 2 * OUTAGE, detail
+        assert leg_lost[k] >= taken[k] * 0.9 and leg_lost[k] < PACKETS // 2, detail
+        assert srt_lost[k] >= taken[k] // 2, detail
+        assert random_drops[k] > 0, detail  # and scattered loss that ARQ repaired
+    assert inp["redundancy_switches"] >= 2  # type: ignore[index]
+    assert s["state"] == "Running"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: an SRT input's RTP merge uses HitlessMerger's 2022-7 default 50 ms window "
+    "(flow.py), so a leg whose SRT latency is higher than the other's by more than that is always "
+    "too late: a hole on the faster leg becomes an output gap although the slower leg has it",
+)
+def test_srt_redundancy_with_different_leg_latencies_fills_a_hole_from_the_slower_leg(
+    edge: Edge, tmp_path: Path
+) -> None:
+    # Leg 2 is a longer path (400 ms of SRT latency against 120): its copies come ~280 ms after
+    # leg 1's. Only leg 1 has an outage; every message it lost is on leg 2.
+    run = run_two_lossy_legs(edge, tmp_path, (LATENCY_MS, 400), {0: OUTAGES[0]})
+    missing = missing_sequences(run)
+    redundancy = run.stats["media_analysis"]["redundancy"]  # type: ignore[index]
+    assert run.relays[0].counts.outage_messages >= OUTAGE // 2  # leg 1 really lost messages
+    assert missing == 0, f"{missing} sequence numbers missing; merger: {redundancy}"
+    assert run.got == run.packets
