@@ -217,7 +217,7 @@ def _media(flow: FlowConfig, media: dict[str, Any], inp: dict[str, Any]) -> Medi
         redundancy_info = {"standard": standard, **(inp.get("redundancy") or {})}
     return MediaAnalysis(
         protocol=flow.input.type,
-        payload_format="rtp_ts" if flow.input.type == "rtp" else "raw_ts",
+        payload_format=str(inp.get("payload_format") or ("rtp_ts" if flow.input.type == "rtp" else "raw_ts")),
         fec=fec_info,
         redundancy=redundancy_info,
         **media,

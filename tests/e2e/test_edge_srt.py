@@ -61,6 +61,12 @@ def stats(edge: Edge, flow_id: str) -> dict[str, object]:
         return data
 
 
+def leg_states(edge: Edge, flow_id: str) -> list[str | None]:
+    """Each SRT leg's state; None before the first report from the worker."""
+    inp = stats(edge, flow_id)["input"]
+    return [(inp.get(key) or {}).get("state") for key in ("srt_stats", "srt_leg2_stats")]  # type: ignore[union-attr]
+
+
 def test_srt_listener_input_with_passphrase_from_srt_live_transmit(edge: Edge, tmp_path: Path) -> None:
     srt_port, udp_in, out = free_udp_port(), free_udp_port(), free_udp_port()
     flow = {
@@ -183,13 +189,7 @@ def test_srt_input_redundancy_survives_a_killed_leg(edge: Edge, tmp_path: Path) 
     slt1 = Slt(tmp_path / "slt1.log", f"udp://127.0.0.1:{udp1}", f"srt://127.0.0.1:{leg1}?mode=caller&latency=80")
     slt2 = Slt(tmp_path / "slt2.log", f"udp://127.0.0.1:{udp2}", f"srt://127.0.0.1:{leg2}?mode=caller&latency=80")
     try:
-        wait_for(
-            lambda: (
-                stats(edge, "red")["input"]["srt_leg2_stats"]["state"] == "connected"  # type: ignore[index]
-                and stats(edge, "red")["input"]["srt_stats"]["state"] == "connected"
-            ),
-            timeout=10,
-        )  # type: ignore[index]
+        wait_for(lambda: leg_states(edge, "red") == ["connected", "connected"], timeout=10)
         datagrams = raw_ts(1500)
         import socket
 

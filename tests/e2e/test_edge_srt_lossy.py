@@ -311,12 +311,6 @@ def test_srt_redundancy_merges_two_legs_that_lose_different_messages(edge: Edge,
     assert s["state"] == "Running"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: an SRT input's RTP merge uses HitlessMerger's 2022-7 default 50 ms window "
-    "(flow.py), so a leg whose SRT latency is higher than the other's by more than that is always "
-    "too late: a hole on the faster leg becomes an output gap although the slower leg has it",
-)
 def test_srt_redundancy_with_different_leg_latencies_fills_a_hole_from_the_slower_leg(
     edge: Edge, tmp_path: Path
 ) -> None:

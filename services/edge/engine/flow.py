@@ -91,6 +91,7 @@ class FlowRuntime:
         self.bytes_received = 0
         self.packets_filtered = 0
         self.last_arrival = 0.0
+        self.payload_format = "rtp_ts" if self.is_rtp else "raw_ts"
         self._on_failed = on_failed
         self._ssrc = int.from_bytes(os.urandom(4), "big")
         self._nursery: trio.Nursery | None = None
@@ -104,13 +105,21 @@ class FlowRuntime:
         if isinstance(self.input_config, SrtInput):
             legs = legs_of(self.input_config)
             self.srt_runners = [
-                SrtLegRunner(leg, sink=self._srt_sink(i), max_peers=1, on_event=log_event(config.id, "input", i))
+                SrtLegRunner(
+                    leg,
+                    sink=self._srt_sink(i),
+                    batch_end=self._finish_batch,  # send and analyse per batch, not per message
+                    max_peers=1,
+                    on_event=log_event(config.id, "input", i),
+                )
                 for i, leg in enumerate(legs)
             ]
             if len(legs) == 2:
                 # Two independent connections: RTP-wrapped TS merges on the sequence number
-                # (2022-7 style), raw TS on the payload.
-                self.merger = HitlessMerger()
+                # (2022-7 style), raw TS on the payload. SRT legs deliver up to their latency
+                # difference apart, plus jitter (measured: up to ~0.9 s on a loaded host).
+                skew_s = abs(legs[0].latency_ms - legs[1].latency_ms) / 1000
+                self.merger = HitlessMerger(window_s=0.5 + skew_s, leg_timeout_s=1.0 + skew_s)
                 # The copies of one message can be apart by the legs' latency difference.
                 self.payload_merger = PayloadMerger(window_s=1.0 + 2 * max(leg.latency_ms for leg in legs) / 1000)
         if isinstance(self.input_config, RtpInput):
@@ -313,6 +322,7 @@ class FlowRuntime:
         self.packets_received += 1
         self.bytes_received += size
         if size and message[0] == 0x47 and size % TS_PACKET == 0:
+            self.payload_format = "raw_ts"
             if self.payload_merger is not None and not self.payload_merger.accept(leg, message, arrival):
                 return
             self.last_arrival = arrival
@@ -329,12 +339,12 @@ class FlowRuntime:
                 self.packets_filtered += 1  # neither raw TS nor RTP carrying whole TS packets
                 return
             self.last_arrival = arrival
+            self.payload_format = "rtp_ts"
             if self.merger is not None:
                 self.merger.feed(leg, message, arrival)
                 self._release(arrival)
             else:
                 self._emit(bytes(message), arrival)
-        self._finish_batch()
 
     async def _timers(self) -> None:
         """SRT redundancy over RTP: release what the merger holds once its deadlines pass."""
@@ -500,6 +510,7 @@ class FlowRuntime:
                 "redundancy_switches": switches,
                 "fec": fec,
                 "redundancy": redundancy,
+                "payload_format": self.payload_format,
             },
             "outputs": [output.counters() for output in self.outputs],
             "analysis": snapshot,

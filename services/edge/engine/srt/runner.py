@@ -124,6 +124,7 @@ class SrtLegRunner:
         leg: SrtLeg,
         *,
         sink: SinkFn | None = None,
+        batch_end: Callable[[], None] | None = None,
         max_peers: int = 1,
         on_event: EventFn | None = None,
     ) -> None:
@@ -131,6 +132,8 @@ class SrtLegRunner:
             raise ValueError("max_peers must be at least 1")
         self.leg = leg
         self._sink = sink
+        self._batch_end = batch_end
+        """Called after each batch handed to ``sink`` (the engine sends and analyses per batch)."""
         self.max_peers = max_peers if leg.mode == "listener" else 1
         self._on_event = on_event
         self._peers: list[SrtSocket] = []
@@ -390,6 +393,8 @@ class SrtLegRunner:
                 sink(view[:n])
             if got:
                 last_rx[sock.id] = trio.current_time()  # per batch, not per message
+                if self._batch_end is not None:
+                    self._batch_end()
             if got == RECV_BATCH:
                 # A full batch: let other flows run, then drain on without a poller round
                 # trip (libsrt's epoll wakes in 10 ms slices; one trip per batch capped a
