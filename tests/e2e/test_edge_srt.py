@@ -236,3 +236,153 @@ def test_unsupported_srt_settings_are_400(edge: Edge) -> None:
     else:
         assert r.status_code == 400 and "aes-gcm" in r.json()["error"]
     assert PASSPHRASE not in r.text
+
+
+FFMPEG = shutil.which("ffmpeg")
+
+
+def need_ffmpeg_srt() -> None:
+    if (
+        FFMPEG is None
+        or "srt"
+        not in subprocess.run(
+            [FFMPEG, "-hide_banner", "-protocols"], capture_output=True, text=True, timeout=30
+        ).stdout.split()
+    ):
+        if os.environ.get("CI") == "true":
+            pytest.fail("ffmpeg with SRT is missing in CI")
+        pytest.skip("ffmpeg without SRT support")
+
+
+def test_ffmpeg_publishes_over_srt_into_our_listener(edge: Edge, tmp_path: Path) -> None:
+    need_ffmpeg_srt()
+    srt_port, out = free_udp_port(), free_udp_port()
+    flow = {
+        "id": "ffin",
+        "name": "ffmpeg in",
+        "input": {"type": "srt", "mode": "listener", "local_addr": f"127.0.0.1:{srt_port}", "passphrase": PASSPHRASE},
+        "outputs": [{"type": "udp", "id": "o", "name": "o", "dest_addr": f"127.0.0.1:{out}"}],
+    }
+    with edge.client() as api:
+        assert api.post("/api/v1/flows", json=flow).status_code == 200
+    with UdpSink(out) as sink:
+        ff = subprocess.run(
+            [
+                str(FFMPEG),
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-re",
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=size=320x240:rate=25",
+                "-t",
+                "4",
+                "-c:v",
+                "libx264",
+                "-preset",
+                "ultrafast",
+                "-g",
+                "25",
+                "-f",
+                "mpegts",
+                f"srt://127.0.0.1:{srt_port}?mode=caller&passphrase={PASSPHRASE}&pkt_size=1316",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ff.returncode == 0, ff.stderr
+        wait_for(lambda: len(sink.datagrams) > 20, timeout=10)
+    s = stats(edge, "ffin")
+    video = s["media_analysis"]["video_streams"][0]  # type: ignore[index]
+    assert (video["codec"], video["resolution"]) == ("h264", "320x240")
+    assert s["tr101290"]["cc_errors"] == 0  # type: ignore[index]
+
+
+def test_our_srt_caller_output_into_ffmpeg_listener(edge: Edge, tmp_path: Path) -> None:
+    need_ffmpeg_srt()
+    rtp_in, srt_port = free_udp_port(), free_udp_port()
+    out_file = tmp_path / "received.ts"
+    receiver = subprocess.Popen(
+        [
+            str(FFMPEG),
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-i",
+            f"srt://127.0.0.1:{srt_port}?mode=listener&timeout=20000000",
+            "-c",
+            "copy",
+            "-f",
+            "mpegts",
+            str(out_file),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(1.0)
+        flow = {
+            "id": "ffout",
+            "name": "to ffmpeg",
+            "input": {"type": "rtp", "bind_addr": f"127.0.0.1:{rtp_in}"},
+            "outputs": [
+                {
+                    "type": "srt",
+                    "id": "s",
+                    "name": "s",
+                    "mode": "caller",
+                    "local_addr": "0.0.0.0:0",
+                    "remote_addr": f"127.0.0.1:{srt_port}",
+                }
+            ],
+        }
+        with edge.client() as api:
+            assert api.post("/api/v1/flows", json=flow).status_code == 200
+        wait_for(lambda: stats(edge, "ffout")["outputs"][0]["state"] == "connected", timeout=10)  # type: ignore[index]
+        sender = subprocess.run(
+            [
+                str(FFMPEG),
+                "-hide_banner",
+                "-loglevel",
+                "error",
+                "-re",
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=size=320x240:rate=25",
+                "-t",
+                "4",
+                "-c:v",
+                "libx264",
+                "-preset",
+                "ultrafast",
+                "-g",
+                "25",
+                "-f",
+                "rtp_mpegts",
+                f"rtp://127.0.0.1:{rtp_in}?pkt_size=1328",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert sender.returncode == 0, sender.stderr
+        time.sleep(1.0)
+        with edge.client() as api:
+            assert api.delete("/api/v1/flows/ffout").status_code == 200  # closes SRT: ffmpeg ends
+        receiver.wait(20)
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait(5)
+    probe = subprocess.run(
+        ["ffprobe", "-v", "error", "-show_entries", "stream=codec_name,width,height", "-of", "csv=p=0", str(out_file)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert probe.stdout.strip().splitlines()[0] == "h264,320,240", probe.stdout + probe.stderr
