@@ -8,6 +8,9 @@ IMAGE_WHEELHOUSE := image/wheelhouse
 # half-filled wheelhouse for mkosi.
 IMAGE_WHEELHOUSE_TMP := mkosi.builddir/wheelhouse.new
 IMAGE_RAW := mkosi.output/mediaplane.raw
+# Extra arguments for image/test_image.py, e.g. IMAGE_TEST_ARGS=--reboot (adds a reset and a
+# second boot: the wizard must survive it).
+IMAGE_TEST_ARGS ?=
 # Free disk the image build needs (tools tree, package cache, image, initrd): measured ~6 GB.
 IMAGE_MIN_FREE_GB ?= 10
 
@@ -19,7 +22,8 @@ image-deps:
 
 ## make image-wheelhouse: the project's own wheel plus its pinned runtime dependencies
 image-wheelhouse:
-	test -x $(PY) || { echo "image: $(PY) missing; run make venv first" >&2; exit 1; }
+	# The wheel is built with the project's venv (the top-level Makefile's `venv` target).
+	test -x $(PY) || $(MAKE) -f $(firstword $(MAKEFILE_LIST)) venv
 	rm -rf $(IMAGE_WHEELHOUSE_TMP) && mkdir -p $(IMAGE_WHEELHOUSE_TMP)
 	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w $(IMAGE_WHEELHOUSE_TMP) .
 	# Runtime dependencies only, at requirements.lock's versions, as binary wheels for the
@@ -44,7 +48,7 @@ $(IMAGE_RAW): $(IMAGE_INPUTS)
 
 ## make image-test: boots the image under qemu (TCG) and checks the edge through a forwarded port
 image-test: image-deps image
-	python3 image/test_image.py --image $(IMAGE_RAW)
+	python3 image/test_image.py --image $(IMAGE_RAW) $(IMAGE_TEST_ARGS)
 
 ## make image-test-if-space: image-test when the disk has room for a build, else one skip line
 # (what `make test` calls: a CI machine with less than $(IMAGE_MIN_FREE_GB) GB free skips it).

@@ -304,14 +304,30 @@ def run(args: argparse.Namespace) -> None:
             log(check_sysctls(base, guest, 60))
 
             if args.reboot:
+                banners_before = len(BANNER.findall(guest.console()))
                 guest.qmp("system_reset")
                 time.sleep(5)  # let the old edge's port go away before polling again
-                wait_for("GET /health after reset", lambda: http("GET", f"{base}/health", timeout=5)[0] == 200,
-                         guest, args.boot_timeout)  # fmt: skip
+                wait_for(
+                    "GET /health after reset",
+                    lambda: http("GET", f"{base}/health", timeout=5)[0] == 200,
+                    guest,
+                    args.boot_timeout,
+                )
+                # Same box, second boot (not a first boot again): the flow is still configured...
+                status, body = http("GET", f"{base}/api/v1/flows/image-test", timeout=30)
+                if status != 200:
+                    raise ImageTestFailed(f"after reboot, the flow is gone: {status} {body[:200]!r}")
+                # ...and setup is still pending, so the wizard and the banner are back.
                 status, body = http("GET", f"{base}/setup/status")
                 if status != 200 or json.loads(body).get("setup_enabled") is not True:
                     raise ImageTestFailed(f"after reboot, /setup/status: {status} {body[:200]!r}")
-                log("after a reset, the wizard is still enabled (state marker, not first boot)")
+                wait_for(
+                    "the setup banner after reboot",
+                    lambda: len(BANNER.findall(guest.console())) > banners_before,
+                    guest,
+                    120,
+                )
+                log("after a reset: config kept, wizard enabled, banner shown again (state marker, not first boot)")
 
             halt_s = guest.power_off(args.shutdown_timeout)
             log(f"guest powered off cleanly in {halt_s:.1f} s")
