@@ -58,6 +58,8 @@ class Tmux:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=30)
+        socket_dir = Path(self.env.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
+        (socket_dir / self.socket).unlink(missing_ok=True)  # kill-server leaves the socket file behind
 
 
 @pytest.fixture
