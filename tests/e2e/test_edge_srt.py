@@ -96,8 +96,8 @@ def test_srt_listener_input_with_passphrase_from_srt_live_transmit(edge: Edge, t
             send_datagrams(("127.0.0.1", udp_in), datagrams, pps=1000)
             wait_for(lambda: len(sink.datagrams) >= 600, timeout=10)
         assert sink.datagrams == datagrams
-        s = stats(edge, "srtin")
-        srt = s["input"]["srt_stats"]  # type: ignore[index]
+        s = wait_for(lambda: (x := stats(edge, "srtin"))["input"]["packets_received"] == 600 and x)  # type: ignore[index]
+        srt = s["input"]["srt_stats"]
         assert srt["state"] == "connected" and srt["rtt_ms"] >= 0 and srt["uptime_ms"] > 0
         assert s["input"]["packets_received"] == 600 and s["tr101290"]["cc_errors"] == 0  # type: ignore[index]
     finally:
