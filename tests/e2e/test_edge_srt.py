@@ -14,18 +14,14 @@ import pytest
 
 from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
 from tests.helpers.media import TsSource, UdpSink, rtp_stream, send_datagrams
+from tests.helpers.srt import SLT, Slt, require, stats
 
 pytestmark = [pytest.mark.e2e, pytest.mark.interop]
-SLT = shutil.which("srt-live-transmit")
-PASSPHRASE = "correct-horse-42"
 
 
 @pytest.fixture(autouse=True)
 def need_slt() -> None:
-    if SLT is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("srt-live-transmit (srt-tools) is missing in CI")
-        pytest.skip("srt-live-transmit (srt-tools) is not installed")
+    require(SLT, "srt-live-transmit (srt-tools)")
 
 
 @pytest.fixture
@@ -34,31 +30,12 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
         yield edge
 
 
-class Slt:
-    def __init__(self, log: Path, source: str, target: str) -> None:
-        self.log = log
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen([str(SLT), "-q", source, target], stdout=out, stderr=subprocess.STDOUT)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+PASSPHRASE = "correct-horse-42"
 
 
 def raw_ts(count: int) -> list[bytes]:
     source = TsSource()
     return [source.datagram() for _ in range(count)]
-
-
-def stats(edge: Edge, flow_id: str) -> dict[str, object]:
-    with edge.client() as api:
-        data: dict[str, object] = api.get(f"/api/v1/stats/{flow_id}").json()["data"]
-        return data
 
 
 def leg_states(edge: Edge, flow_id: str) -> list[str | None]:

@@ -24,11 +24,8 @@ stats. Everything is on loopback and every wait is bounded.
 from __future__ import annotations
 
 import contextlib
-import os
 import select
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -39,10 +36,23 @@ import pytest
 
 from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
 from tests.helpers.media import UdpSink, rtp_stream
+from tests.helpers.srt import SLT, Slt, require, stats
 from tests.tools.lossy_proxy import LossyUdpProxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.interop]
-SLT = shutil.which("srt-live-transmit")
+
+
+@pytest.fixture(autouse=True)
+def need_slt() -> None:
+    require(SLT, "srt-live-transmit (srt-tools)")
+
+
+@pytest.fixture
+def edge(tmp_path: Path) -> Iterator[Edge]:
+    with running_edge(tmp_path) as edge:
+        yield edge
+
+
 LATENCY_MS = 120
 PACKETS = 4000
 PPS = 1000.0
@@ -50,20 +60,6 @@ OUTAGE = 400  # datagrams (400 ms at 1000 pps): well past the SRT latency, so me
 OUTAGES = {0: 900, 1: 2300}  # the stream index at which each leg's link goes down
 DROP_RATE = 0.03  # scattered UDP loss on top, on every leg, that ARQ is expected to repair
 MAX_RELAY_S = 60.0
-
-
-@pytest.fixture(autouse=True)
-def need_slt() -> None:
-    if SLT is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("srt-live-transmit (srt-tools) is missing in CI")
-        pytest.skip("srt-live-transmit (srt-tools) is not installed")
-
-
-@pytest.fixture
-def edge(tmp_path: Path) -> Iterator[Edge]:
-    with running_edge(tmp_path) as edge:
-        yield edge
 
 
 @dataclass
@@ -162,30 +158,6 @@ class SrtLegRelay:
             sock.sendto(data, dest)
         except OSError:
             pass  # a full buffer on loopback: the SRT layer above sees it as loss
-
-
-class Slt:
-    def __init__(self, log: Path, source: str, target: str) -> None:
-        self.log = log
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [str(SLT), source, target], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
-def stats(edge: Edge, flow_id: str) -> dict[str, object]:
-    with edge.client() as api:
-        data: dict[str, object] = api.get(f"/api/v1/stats/{flow_id}").json()["data"]
-        return data
 
 
 @dataclass
