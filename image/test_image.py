@@ -7,12 +7,13 @@ What it checks, in order (docs/appliance.md, "The image test"):
   2. GET /setup/status says setup_enabled true and GET /setup serves the wizard page;
   3. the console shows the setup banner with the address to open;
   4. POST /api/v1/flows creates a flow and GET /api/v1/stats/{id} reports it Running;
-  5. the media sysctls took effect: GET /api/v1/system/diagnostics (or, while an edge without
+  5. NIC tuning ran for the (renamed) NIC: the boot report shows its `nic-tune` lines;
+  6. the media sysctls took effect: GET /api/v1/system/diagnostics (or, while an edge without
      that route is installed, the `mediaplane-report:` lines the image prints on its console)
      matches image/extra/usr/lib/sysctl.d/60-mediaplane-media.conf;
-  6. `systemd-analyze security mp-edge.service`, run in the guest at boot, scores <= 2.0;
-  7. with --reboot: after a reset the wizard is still enabled (state marker, not first boot);
-  8. ACPI power-off; the guest must halt on its own.
+  7. `systemd-analyze security mp-edge.service`, run in the guest at boot, scores <= 2.0;
+  8. with --reboot: after a reset the flow is kept and the wizard and banner are back;
+  9. ACPI power-off; the guest must halt on its own.
 
 Standard library only: it runs with the host's python3 before any venv exists. KVM is never
 used (unusable on this machine class): qemu runs with TCG, which takes about a minute to boot.
@@ -43,6 +44,7 @@ OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 MAX_EXPOSURE = 2.0
 EXPOSURE_LINE = re.compile(r"Overall exposure level for mp-edge\.service:\s*([0-9.]+)\s*(\S+)")
 REPORT_SYSCTL = re.compile(r"mediaplane-report: sysctl (\S+) = (.*?)\s*$")
+NIC_TUNED = re.compile(r"mediaplane-report: nic-tune (\S+): (.*?)\s*$", re.MULTILINE)
 BANNER = re.compile(r"Open http://\S+:8080/setup")
 
 
@@ -294,6 +296,12 @@ def run(args: argparse.Namespace) -> None:
             log(f"systemd-analyze security mp-edge.service: {score} {exposure.group(2)}")
             if score > MAX_EXPOSURE:
                 raise ImageTestFailed(f"mp-edge.service exposure {score} > {MAX_EXPOSURE}")
+
+            # udev started mediaplane-nic-tuning@<renamed NIC> and the script logged what it did.
+            tuned = NIC_TUNED.findall(guest.console())
+            if not tuned:
+                raise ImageTestFailed("no nic-tune lines in the boot report: the udev rule or the unit did not run")
+            log(f"NIC tuning ran for {sorted({name for name, _ in tuned})}: " + "; ".join(m for _, m in tuned[:4]))
 
             outcome = create_flow(base, "image-test")
             if outcome != "created":
