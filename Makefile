@@ -22,12 +22,15 @@ debs:
 run: debs venv
 	$(PY) -m tools.demo
 
-## make test: installs what the tests need and runs the whole suite, then the image boot test
+## make test: installs what the tests need, boots the image under qemu, runs the whole suite
 # Two workers, one test file each at a time (module fixtures stay per file): most tests wait
 # on real processes and sockets, so the suite takes about half the time (measured: 3.3 min).
+# The image boot test runs first so that pytest's summary is the last line; the Debian check
+# runs again after it because mkosi's backports install can remove packages (chromium).
 test: debs venv
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 	$(MAKE) image-test-if-space
+	bash tools/ensure-debs.sh
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 lint: venv
 	$(VENV)/bin/ruff check appliance services cli tests bench tools

@@ -25,6 +25,7 @@ from services.edge.engine.ipc import MessageStream
 
 COMMAND_TIMEOUT_S: Final = 10.0
 RESPAWN_DELAY_S: Final = 0.5
+WORKER_READY_TIMEOUT_S: Final = 120.0  # imports under qemu TCG on a loaded host took minutes
 _log = logging.getLogger("mediaplane.engine")
 
 
@@ -117,6 +118,13 @@ class Engine:
             link = MessageStream(trio.SocketStream(trio.socket.from_stdlib_socket(parent)))
             worker = _Worker(index, process, link)
             self._workers[index] = worker
+            # Wait for the worker's "ready" (its imports take seconds on a slow or loaded box)
+            # so the first command is not timed out by a worker still starting.
+            with trio.move_on_after(WORKER_READY_TIMEOUT_S):
+                try:
+                    await link.receive()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
             if first:
                 task_status.started()
                 first = False

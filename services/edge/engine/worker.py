@@ -129,6 +129,7 @@ async def _main(fd: int) -> None:
     link = MessageStream(stream)
     async with trio.open_nursery() as nursery:
         worker = Worker(link, nursery)
+        await link.send({"op": "ready"})  # imports done: commands can be answered now
         nursery.start_soon(worker.report)
         try:
             await worker.serve()
