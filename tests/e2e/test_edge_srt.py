@@ -218,6 +218,37 @@ def test_unsupported_srt_settings_are_400(edge: Edge) -> None:
 FFMPEG = shutil.which("ffmpeg")
 
 
+def send_test_pattern(muxer: str, url: str) -> subprocess.CompletedProcess[str]:
+    """Four seconds of 320x240 H.264 (ffmpeg's test source) to ``url``, in real time."""
+    return subprocess.run(
+        [
+            str(FFMPEG),
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-re",
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=size=320x240:rate=25",
+            "-t",
+            "4",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-g",
+            "25",
+            "-f",
+            muxer,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def need_ffmpeg_srt() -> None:
     if (
         FFMPEG is None
@@ -243,32 +274,8 @@ def test_ffmpeg_publishes_over_srt_into_our_listener(edge: Edge, tmp_path: Path)
     with edge.client() as api:
         assert api.post("/api/v1/flows", json=flow).status_code == 200
     with UdpSink(out) as sink:
-        ff = subprocess.run(
-            [
-                str(FFMPEG),
-                "-hide_banner",
-                "-loglevel",
-                "error",
-                "-re",
-                "-f",
-                "lavfi",
-                "-i",
-                "testsrc=size=320x240:rate=25",
-                "-t",
-                "4",
-                "-c:v",
-                "libx264",
-                "-preset",
-                "ultrafast",
-                "-g",
-                "25",
-                "-f",
-                "mpegts",
-                f"srt://127.0.0.1:{srt_port}?mode=caller&passphrase={PASSPHRASE}&pkt_size=1316",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
+        ff = send_test_pattern(
+            "mpegts", f"srt://127.0.0.1:{srt_port}?mode=caller&passphrase={PASSPHRASE}&pkt_size=1316"
         )
         assert ff.returncode == 0, ff.stderr
         wait_for(lambda: len(sink.datagrams) > 20, timeout=10)
@@ -320,33 +327,7 @@ def test_our_srt_caller_output_into_ffmpeg_listener(edge: Edge, tmp_path: Path) 
         with edge.client() as api:
             assert api.post("/api/v1/flows", json=flow).status_code == 200
         wait_for(lambda: stats(edge, "ffout")["outputs"][0]["state"] == "connected", timeout=10)  # type: ignore[index]
-        sender = subprocess.run(
-            [
-                str(FFMPEG),
-                "-hide_banner",
-                "-loglevel",
-                "error",
-                "-re",
-                "-f",
-                "lavfi",
-                "-i",
-                "testsrc=size=320x240:rate=25",
-                "-t",
-                "4",
-                "-c:v",
-                "libx264",
-                "-preset",
-                "ultrafast",
-                "-g",
-                "25",
-                "-f",
-                "rtp_mpegts",
-                f"rtp://127.0.0.1:{rtp_in}?pkt_size=1328",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        sender = send_test_pattern("rtp_mpegts", f"rtp://127.0.0.1:{rtp_in}?pkt_size=1328")
         assert sender.returncode == 0, sender.stderr
         time.sleep(1.0)
         with edge.client() as api:
