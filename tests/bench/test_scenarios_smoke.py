@@ -22,7 +22,7 @@ from bench.scenarios.profile import summarise
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = ("1", "2a", "2b", "3", "4", "5", "6")
-# About 40 s on a quiet 2-core machine; several times that under a load average of 10.
+# Measured: 25 s on this 2-core machine when quiet, 50-90 s at a load average of 6-10.
 QUICK_TIMEOUT_S = 420
 
 
