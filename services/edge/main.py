@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    logging.getLogger("mediaplane.access").setLevel(logging.WARNING if args.log_level == "info" else logging.DEBUG)
+    # One line per request only when asked for (--log-level debug): journald stays readable.
+    logging.getLogger("mediaplane.access").setLevel(logging.DEBUG if args.log_level == "debug" else logging.WARNING)
     store = EdgeConfigStore(Path(args.config_dir))
     try:
         config = store.load()

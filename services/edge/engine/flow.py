@@ -31,7 +31,7 @@ from services.edge.core.analysis import FlowAnalysis
 from services.edge.core.dedup import PayloadMerger
 from services.edge.core.fec import FecDecoder
 from services.edge.core.merge2022_7 import HitlessMerger, LegLost, LegRestored
-from services.edge.core.rtp import parse_rtp
+from services.edge.core.rtp import RtpHeader, parse_rtp
 from services.edge.core.seq import SequenceTracker
 from services.edge.engine.srt import SrtLegRunner
 from services.edge.engine.srt_io import SrtOutputDriver, legs_of, log_event, start_runners
@@ -291,7 +291,7 @@ class FlowRuntime:
                     for i in range(count):
                         arrival = arrivals[i] - offset
                         view = views[i]
-                        if kind == _FEC or self._admit(view, sources[i], arrival):
+                        if kind == _FEC or self._admit(view, sources[i], arrival) is not None:
                             arrived.append((arrival, kind, bytes(view)))
                     if count < RECV_BATCH:
                         break
@@ -354,8 +354,11 @@ class FlowRuntime:
             self._finish_batch()
             self._drain_merger_events()
 
-    def _admit(self, view: memoryview, source: tuple[str, int], arrival: float) -> bool:
-        """Count one RTP datagram and apply the input filters (interop.md 2.3, 11)."""
+    def _admit(self, view: memoryview, source: tuple[str, int], arrival: float) -> RtpHeader | None:
+        """Count one RTP datagram and apply the input filters (interop.md 2.3, 11).
+
+        The parsed header when the datagram passes (so it is parsed once), else None.
+        """
         size = len(view)
         self.packets_received += 1
         self.bytes_received += size
@@ -364,19 +367,19 @@ class FlowRuntime:
             and ipaddress.ip_address(source[0]).compressed not in self._allowed_sources
         ):
             self.packets_filtered += 1
-            return False
+            return None
         header = parse_rtp(view)
         if header is None or not _is_ts(header.payload_offset, header.payload_end):
             self.packets_filtered += 1  # not RTP carrying whole TS packets
-            return False
+            return None
         if self._allowed_pts is not None and header.payload_type not in self._allowed_pts:
             self.packets_filtered += 1
-            return False
+            return None
         if self._bucket is not None and not self._bucket.allow(size, arrival):
             self.packets_filtered += 1
-            return False
+            return None
         self.last_arrival = arrival
-        return True
+        return header
 
     def _handle_rtp_batch(self, receiver: BatchReceiver, count: int) -> None:
         views, arrivals, sources = receiver.views, receiver.arrivals, receiver.sources
@@ -384,8 +387,9 @@ class FlowRuntime:
         for i in range(count):
             view = views[i]
             arrival = arrivals[i] - offset
-            if self._admit(view, sources[i], arrival):
-                self._emit(bytes(view), arrival)
+            header = self._admit(view, sources[i], arrival)
+            if header is not None:
+                self._emit(bytes(view), arrival, header)
 
     def _release(self, now: float, *, timers: bool = False) -> None:
         """Move packets out of the merger, through the decoder, to the outputs."""
@@ -404,11 +408,12 @@ class FlowRuntime:
             while (packet := decoder.pop_output()) is not None:
                 self._emit(packet, now)
 
-    def _emit(self, datagram: bytes, arrival: float) -> None:
+    def _emit(self, datagram: bytes, arrival: float, header: RtpHeader | None = None) -> None:
         """One RTP packet of the (merged, repaired) stream: account, analyse, fan out."""
-        header = parse_rtp(datagram)
         if header is None:
-            return
+            header = parse_rtp(datagram)
+            if header is None:
+                return
         self.sequence.on_packet(header.sequence, header.ssrc)
         payload = memoryview(datagram)[header.payload_offset : header.payload_end]
         self._payloads.append(payload)
