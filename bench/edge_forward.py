@@ -89,18 +89,18 @@ def sink_child(count: int) -> None:
                 print(json.dumps({"sinks": reports}), flush=True)
 
 
-class SinkChild:
-    def __init__(self, count: int) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+class JsonLineChild:
+    """A helper process of the bench that answers each stdin line with one JSON line."""
+
+    def __init__(self, module: str, *args: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.edge_forward", "--sink-child", str(count)],
+            [sys.executable, "-m", module, *args],
             cwd=REPO,
-            env=env,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        self.ports: list[int] = self._read()["ports"]
 
     def _read(self, timeout: float = 10.0) -> dict[str, Any]:
         assert self.process.stdout is not None
@@ -128,6 +128,12 @@ class SinkChild:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(5)
+
+
+class SinkChild(JsonLineChild):
+    def __init__(self, count: int) -> None:
+        super().__init__("bench.edge_forward", "--sink-child", str(count))
+        self.ports: list[int] = self._read()["ports"]
 
 
 # ---------------------------------------------------------------------------- edge

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from bench.edge_forward import free_port, running_edge, tree_cpu_seconds, udp_counters
+from bench.edge_forward import JsonLineChild, free_port, running_edge, tree_cpu_seconds, udp_counters
 
 REPO: Final = Path(__file__).resolve().parents[1]
 TS_MESSAGE: Final = 1316
@@ -100,44 +100,10 @@ def sink_child() -> None:
             )
 
 
-class SinkChild:
+class SinkChild(JsonLineChild):
     def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.srt", "--sink-child"],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        super().__init__("bench.srt", "--sink-child")
         self.port: int = self._read(30.0)["port"]
-
-    def _read(self, timeout: float = 10.0) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        readable, _, _ = select.select([self.process.stdout], [], [], timeout)
-        if not readable:
-            raise RuntimeError("the sink child did not answer")
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the sink child exited with {self.process.poll()}")
-        return dict(json.loads(line))
-
-    def command(self, text: str) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(text + "\n")
-        self.process.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        with contextlib.suppress(BrokenPipeError, OSError):
-            assert self.process.stdin is not None
-            self.process.stdin.write("quit\n")
-            self.process.stdin.flush()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
 
 
 # ---------------------------------------------------------------------------- processes
