@@ -26,12 +26,13 @@ import contextlib
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,8 +178,20 @@ def tree_cpu_seconds(root_pid: int) -> float:
 
 
 @contextlib.contextmanager
-def running_edge(config_dir: Path, log_path: Path) -> Iterator[tuple[str, int]]:
-    """``mp-edge`` with one worker on a free loopback port; yields its base URL and pid."""
+def running_edge(
+    config_dir: Path,
+    log_path: Path,
+    *,
+    timeout_s: float = 60.0,
+    ready: Callable[[int], object] | None = None,
+) -> Iterator[tuple[str, int]]:
+    """``mp-edge --workers 1`` on a free loopback port; yields its base URL and pid.
+
+    Ready once ``/health`` answers and ``ready(pid)`` (when given) is true. At
+    ``--log-level info`` the per-request access log is off, so REST load does not also
+    measure log writing. On exit: SIGTERM, then SIGKILL to its session (the edge and
+    its worker only).
+    """
     import httpx
 
     port = free_port()
@@ -195,23 +208,24 @@ def running_edge(config_dir: Path, log_path: Path) -> Iterator[tuple[str, int]]:
                 "--workers",
                 "1",
                 "--log-level",
-                "warning",
+                "info",
             ],
+            stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timeout_s
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"mp-edge exited with {process.returncode}; see {log_path}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                if httpx.get(url + "/health", timeout=2).status_code == 200 and (ready is None or ready(process.pid)):
                     break
             if time.monotonic() > deadline:
-                raise RuntimeError(f"mp-edge did not answer /health in 30 s; see {log_path}")
+                raise RuntimeError(f"mp-edge did not answer /health in {timeout_s:g} s; see {log_path}")
             time.sleep(0.1)
         yield url, process.pid
     finally:
@@ -220,7 +234,7 @@ def running_edge(config_dir: Path, log_path: Path) -> Iterator[tuple[str, int]]:
             try:
                 process.wait(15)
             except subprocess.TimeoutExpired:
-                process.kill()
+                os.killpg(process.pid, signal.SIGKILL)
                 process.wait(5)
 
 

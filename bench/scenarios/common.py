@@ -29,6 +29,7 @@ from bench.edge_forward import (
     SinkChild,
     _edge_dropped,
     free_port,
+    running_edge,
     tree_cpu_seconds,
     udp_counters,
 )
@@ -616,58 +617,11 @@ def opened(target: Target, sink_ports: list[int]) -> Iterator[int]:
 
 @contextlib.contextmanager
 def start_edge(workdir: Path, name: str) -> Iterator[tuple[str, int]]:
-    """``mp-edge --workers 1`` on a free loopback port with a fresh config dir; yields (url, pid).
-
-    ``--log-level info``: at that level the per-request access log is off (services/edge/main.py),
-    so the REST load of scenario 5 does not also measure log writing.
-    """
-    import httpx
-
+    """``mp-edge --workers 1`` with a fresh config dir, ready once its worker runs; yields (url, pid)."""
     config_dir = Path(tempfile.mkdtemp(prefix=f"edge-{name}-", dir=workdir))
     config_dir.chmod(0o700)
-    port = free_port()
-    log_path = workdir / f"edge-{name}.log"
-    with log_path.open("ab") as log_file:
-        process = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("mp-edge")),
-                "--config-dir",
-                str(config_dir),
-                "--listen-addr",
-                "127.0.0.1",
-                "--listen-port",
-                str(port),
-                "--workers",
-                "1",
-                "--log-level",
-                "info",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"mp-edge exited with {process.returncode}; see {log_path}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200 and worker_pid(process.pid):
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"mp-edge did not answer /health in 60 s; see {log_path}")
-            time.sleep(0.1)
-        yield url, process.pid
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)  # its own session: the edge and its worker only
-                process.wait(5)
+    with running_edge(config_dir, workdir / f"edge-{name}.log", ready=worker_pid) as started:
+        yield started
 
 
 @contextlib.contextmanager
