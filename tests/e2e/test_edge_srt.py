@@ -113,7 +113,7 @@ def test_rtp_in_to_srt_caller_output_into_srt_live_transmit(edge: Edge, tmp_path
             send_datagrams(("127.0.0.1", rtp_in), packets, pps=1000)
             wait_for(lambda: len(sink.datagrams) >= 500, timeout=10)
         assert sink.datagrams == [p[12:] for p in packets]  # RTP stripped: SRT carries raw TS
-        output = stats(edge, "srtout")["outputs"][0]  # type: ignore[index]
+        output = wait_for(lambda: (o := stats(edge, "srtout")["outputs"][0])["packets_sent"] == 500 and o)  # type: ignore[index]
         assert output["packets_sent"] == 500 and output["output_type"] == "srt"
         assert output["srt_stats"]["state"] == "connected" and output["srt_stats"]["send_rate_mbps"] >= 0
     finally:
@@ -182,9 +182,8 @@ def test_srt_input_redundancy_survives_a_killed_leg(edge: Edge, tmp_path: Path) 
                     time.sleep(ahead)
             wait_for(lambda: len(sink.datagrams) >= 1500, timeout=10)
         assert sink.datagrams == datagrams  # no gap, no duplicate
-        s = stats(edge, "red")
+        s = wait_for(lambda: leg_states(edge, "red")[0] in ("broken", "connecting") and stats(edge, "red"))
         assert s["input"]["packets_lost"] == 0  # type: ignore[index]
-        assert s["input"]["srt_stats"]["state"] in ("broken", "connecting")  # type: ignore[index]
         assert s["input"]["srt_leg2_stats"]["state"] == "connected"  # type: ignore[index]
     finally:
         slt1.stop()
@@ -279,8 +278,8 @@ def test_ffmpeg_publishes_over_srt_into_our_listener(edge: Edge, tmp_path: Path)
         )
         assert ff.returncode == 0, ff.stderr
         wait_for(lambda: len(sink.datagrams) > 20, timeout=10)
-    s = stats(edge, "ffin")
-    video = s["media_analysis"]["video_streams"][0]  # type: ignore[index]
+    s = wait_for(lambda: (x := stats(edge, "ffin"))["media_analysis"]["video_streams"] and x)  # type: ignore[index]
+    video = s["media_analysis"]["video_streams"][0]
     assert (video["codec"], video["resolution"]) == ("h264", "320x240")
     assert s["tr101290"]["cc_errors"] == 0  # type: ignore[index]
 
