@@ -58,6 +58,24 @@ class BitReader:
         return (k + 1) >> 1 if k & 1 else -(k >> 1)
 
 
+def skip_vui_picture_fields(r: BitReader) -> None:
+    """Skip the VUI fields H.264 (Annex E.1.1) and H.265 (Annex E.2.1) share, in that order:
+    aspect ratio (with Extended_SAR), overscan, video signal type (with colour description)
+    and chroma sample location. The reader then stands at what follows in each codec."""
+    if r.flag():  # aspect_ratio_info_present_flag
+        if r.u(8) == 255:  # aspect_ratio_idc Extended_SAR: sar_width, sar_height
+            r.skip(32)
+    if r.flag():  # overscan_info_present_flag
+        r.skip(1)
+    if r.flag():  # video_signal_type_present_flag: video_format, video_full_range_flag
+        r.skip(4)
+        if r.flag():  # colour_description_present_flag
+            r.skip(24)
+    if r.flag():  # chroma_loc_info_present_flag
+        r.ue()
+        r.ue()
+
+
 def unescape_rbsp(nal: bytes) -> bytes:
     """Remove emulation_prevention_three_byte (H.264 §7.4.1, H.265 §7.4.2): 00 00 03 -> 00 00."""
     if b"\x00\x00\x03" not in nal:

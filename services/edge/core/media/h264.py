@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .bits import BitReader, BitsExhausted, iter_nal_units, unescape_rbsp
+from .bits import BitReader, BitsExhausted, iter_nal_units, skip_vui_picture_fields, unescape_rbsp
 
 NAL_SPS = 7
 
@@ -148,18 +148,7 @@ def _parse(rbsp: bytes) -> VideoParams | None:
 
 
 def _vui_frame_rate(r: BitReader) -> float | None:
-    if r.flag():  # aspect_ratio_info_present_flag
-        if r.u(8) == 255:  # Extended_SAR
-            r.skip(32)
-    if r.flag():  # overscan_info_present_flag
-        r.skip(1)
-    if r.flag():  # video_signal_type_present_flag
-        r.skip(4)
-        if r.flag():
-            r.skip(24)
-    if r.flag():  # chroma_loc_info_present_flag
-        r.ue()
-        r.ue()
+    skip_vui_picture_fields(r)
     if not r.flag():  # timing_info_present_flag
         return None
     num_units_in_tick = r.u(32)

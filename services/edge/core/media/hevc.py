@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .bits import BitReader, BitsExhausted, iter_nal_units, unescape_rbsp
+from .bits import BitReader, BitsExhausted, iter_nal_units, skip_vui_picture_fields, unescape_rbsp
 from .h264 import VideoParams
 
 NAL_VPS = 32
@@ -155,18 +155,7 @@ def _parse(rbsp: bytes) -> VideoParams | None:
 
 
 def _vui(r: BitReader) -> tuple[float | None, bool]:
-    if r.flag():  # aspect_ratio_info_present_flag
-        if r.u(8) == 255:
-            r.skip(32)
-    if r.flag():  # overscan_info_present_flag
-        r.skip(1)
-    if r.flag():  # video_signal_type_present_flag
-        r.skip(4)
-        if r.flag():
-            r.skip(24)
-    if r.flag():  # chroma_loc_info_present_flag
-        r.ue()
-        r.ue()
+    skip_vui_picture_fields(r)
     r.skip(1)  # neutral_chroma_indication_flag
     field_seq = r.flag()
     r.skip(1)  # frame_field_info_present_flag
