@@ -35,6 +35,11 @@ class BatchReceiver:
       ``time.time()`` domain); ``time.time()`` at return when the kernel gave none or
       ``timestamps`` is off.
     - ``sources[i]``: the sender as ``(host, port)``, also for IPv6 (flowinfo and scope dropped).
+    - ``slotted``: True when datagram ``i`` lies whole at ``buffer[i * slot_size :]`` with
+      length ``lengths[i]`` (the common case), so a consumer may work on the slots in place.
+
+    ``clock_offset`` is subtracted from every arrival (e.g. realtime minus monotonic, to get
+    arrivals on the monotonic clock without a second pass).
 
     Datagrams longer than ``slot_size`` are dropped and counted in ``truncated`` (H5).
     With ``gro=True`` the socket enables ``UDP_GRO`` and each coalesced buffer is split back into
@@ -45,6 +50,8 @@ class BatchReceiver:
     arrivals: list[float]
     sources: list[tuple[str, int]]
     truncated: int
+    slotted: bool
+    lengths: tuple[int, ...]
 
     def __init__(
         self,
@@ -55,6 +62,7 @@ class BatchReceiver:
         timestamps: bool = True,
         gro: bool = False,
         force_fallback: bool = False,
+        clock_offset: float = 0.0,
     ) -> None:
         if not 1 <= batch <= _libc.MAX_VLEN:
             raise ValueError(f"batch must be 1..{_libc.MAX_VLEN}, got {batch}")
@@ -75,6 +83,7 @@ class BatchReceiver:
         if timestamps:
             sock.setsockopt(socket.SOL_SOCKET, _libc.SO_TIMESTAMPNS, 1)
         self._slot_size = slot_size
+        self._clock_offset = clock_offset
         self._ctrl_size = (_libc.cmsg_space(16) if timestamps else 0) + (_libc.cmsg_space(4) if self._gro else 0)
         self._slots = bytearray(batch * slot_size)
         self._slots_mv = memoryview(self._slots)
@@ -86,6 +95,8 @@ class BatchReceiver:
         self.arrivals = []
         self.sources = []
         self.truncated = 0
+        self.slotted = False
+        self.lengths = ()
         self._fallback = force_fallback or _libc.recvmmsg is None
         self._build_headers()
 
@@ -93,6 +104,18 @@ class BatchReceiver:
     def batched(self) -> bool:
         """True while ``recvmmsg`` is in use; False on the per-packet fallback."""
         return not self._fallback
+
+    @property
+    def buffer(self) -> bytearray:
+        """The slots: datagram ``i`` of the last batch starts at ``i * slot_size`` when ``slotted``.
+
+        Never resized, so its address is stable (``BatchSender.send_strided`` relies on it).
+        """
+        return self._slots
+
+    @property
+    def slot_size(self) -> int:
+        return self._slot_size
 
     def _build_headers(self) -> None:
         batch, ctrl_size = self._batch, self._ctrl_size
@@ -138,7 +161,7 @@ class BatchReceiver:
         if count < 0:
             err = ctypes.get_errno()
             if err in _libc.WOULD_BLOCK_ERRNOS or err == errno.EINTR:  # EINTR: the caller polls again
-                self.views, self.arrivals, self.sources = [], [], []
+                self._set_general([], [], [])
                 return 0
             if err in _libc.UNSUPPORTED_ERRNOS:
                 self._fallback = True
@@ -168,9 +191,14 @@ class BatchReceiver:
         if source is None:
             source = self._remember(first)
         slots_mv = self._slots_mv
-        self.views = [slots_mv[base : base + length] for base, length in zip(self._bases, meta[2::3], strict=False)]
-        self.arrivals = [sec + nsec * 1e-9 for sec, nsec in zip(stamps[2::4], stamps[3::4], strict=True)]
+        lengths = meta[2::3]
+        self.views = [slots_mv[base : base + length] for base, length in zip(self._bases, lengths, strict=False)]
+        offset = self._clock_offset
+        self.arrivals = [sec + nsec * 1e-9 - offset for sec, nsec in zip(stamps[2::4], stamps[3::4], strict=True)]
         self.sources = [source] * count
+        # Datagram i sits at slot i, in full: the caller may address the slots directly.
+        self.slotted = True
+        self.lengths = lengths
         return count
 
     def _fast_structs(self, count: int) -> tuple[struct.Struct, struct.Struct]:
@@ -224,8 +252,16 @@ class BatchReceiver:
                 arrivals.append(arrival)
                 sources.append(source)
             i += 1
-        self.views, self.arrivals, self.sources = views, arrivals, sources
+        self._set_general(views, arrivals, sources)
         return len(views)
+
+    def _set_general(self, views: list[memoryview], arrivals: list[float], sources: list[tuple[str, int]]) -> None:
+        if self._clock_offset:
+            offset = self._clock_offset
+            arrivals = [arrival - offset for arrival in arrivals]
+        self.views, self.arrivals, self.sources = views, arrivals, sources
+        self.slotted = False
+        self.lengths = ()
 
     def _parse_cmsgs(self, offset: int, controllen: int) -> tuple[float, int]:
         """Walk the cmsgs of one message: (timestamp or 0.0, GRO segment size or 0)."""
@@ -286,7 +322,7 @@ class BatchReceiver:
                 views.append(slot[:length])
                 arrivals.append(arrival)
                 sources.append(source)
-        self.views, self.arrivals, self.sources = views, arrivals, sources
+        self._set_general(views, arrivals, sources)
         return len(views)
 
 

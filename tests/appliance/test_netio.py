@@ -404,3 +404,71 @@ def test_send_layout_groups_equal_size_runs(
     from appliance.netio.sender import _layout
 
     assert _layout(sizes, max_messages, gso) == (bounds, gso_sizes)
+
+
+def _slots(datagrams: list[bytes], stride: int, offset: int = 0) -> bytearray:
+    """Datagrams laid out in fixed slots, as BatchReceiver's buffer holds them."""
+    buffer = bytearray(b"\xee" * (stride * len(datagrams) + offset))
+    for k, datagram in enumerate(datagrams):
+        buffer[offset + k * stride : offset + k * stride + len(datagram)] = datagram
+    return buffer
+
+
+@pytest.mark.parametrize("fallback", PATHS)
+def test_send_strided_sends_slots_in_place_intact_and_in_order(
+    sockets: tuple[socket.socket, socket.socket], fallback: bool
+) -> None:
+    rx_sock, tx_sock = sockets
+    tx = BatchSender(tx_sock, force_fallback=fallback)
+    sent = [_datagram(i, RTP_SIZE) for i in range(200)]  # > 64 segments and > 64 KB: several GSO messages
+    buffer = _slots(sent, 2048, offset=5)
+    assert tx.send_strided(buffer, 5, 2048, RTP_SIZE, len(sent), _addr(rx_sock)) == len(sent)
+    assert _plain_receive(rx_sock, len(sent)) == sent
+    # The cached layout is reused for a second call, and an inner part (the TS payload) can be sent.
+    assert tx.send_strided(buffer, 5 + 12, 2048, RTP_SIZE - 12, 3, _addr(rx_sock)) == 3
+    assert _plain_receive(rx_sock, 3) == [d[12:] for d in sent[:3]]
+
+
+def test_send_strided_leaves_as_gso_super_datagrams(sockets: tuple[socket.socket, socket.socket]) -> None:
+    rx_sock, tx_sock = sockets
+    rx_sock.setsockopt(_libc.SOL_UDP, _libc.UDP_GRO, 1)
+    sent = [_datagram(i, RTP_SIZE) for i in range(10)]
+    assert BatchSender(tx_sock).send_strided(_slots(sent, 2048), 0, 2048, RTP_SIZE, 10, _addr(rx_sock)) == 10
+    _wait_readable(rx_sock)
+    data, ancdata, _, _ = rx_sock.recvmsg(65536, socket.CMSG_SPACE(4))
+    assert data == b"".join(sent)
+    assert [(level, kind) for level, kind, _ in ancdata] == [(_libc.SOL_UDP, _libc.UDP_GRO)]
+
+
+def test_send_strided_to_two_destinations_and_after_changing_the_buffer(family: int) -> None:
+    host = _loopback(family)
+    receivers = [socket.socket(family, socket.SOCK_DGRAM) for _ in range(2)]
+    with receivers[0], receivers[1], socket.socket(family, socket.SOCK_DGRAM) as tx_sock:
+        for rx_sock in receivers:
+            rx_sock.bind((host, 0))
+            rx_sock.setblocking(False)
+        tx = BatchSender(tx_sock)
+        first = [_datagram(i, 300) for i in range(7)]
+        buffer = _slots(first, 512)
+        for rx_sock in receivers:
+            assert tx.send_strided(buffer, 0, 512, 300, 7, _addr(rx_sock)) == 7
+        second = [_datagram(50 + i, 300) for i in range(7)]
+        buffer[:] = _slots(second, 512)  # same object, new contents: sent as they are now
+        assert tx.send_strided(buffer, 0, 512, 300, 7, _addr(receivers[0])) == 7
+        assert _plain_receive(receivers[0], 14) == first + second
+        assert _plain_receive(receivers[1], 7) == first
+
+
+def test_send_strided_stops_at_eagain_without_raising() -> None:
+    for fallback in (False, True):
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        with a, b:
+            tx = BatchSender(a, gso=False, force_fallback=fallback)
+            sent = [_datagram(i, 100) for i in range(300)]
+            buffer = _slots(sent, 128)
+            first = tx.send_strided(buffer, 0, 128, 100, 300, None)
+            assert 0 < first < len(sent), fallback
+            b.setblocking(False)
+            assert _plain_receive(b, first) == sent[:first]
+            assert tx.send_strided(buffer, first * 128, 128, 100, 3, None) == 3
+            assert _plain_receive(b, 3) == sent[first : first + 3]

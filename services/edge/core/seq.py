@@ -14,6 +14,8 @@ from typing import Final
 
 MAX_DROPOUT: Final = 3000  # RFC 3550 A.1
 MAX_MISORDER: Final = 100  # RFC 3550 A.1
+# Every 16-bit sequence number twice: a slice from any start is the in-order run from there, wrap included.
+_SEQUENCE_RUN: Final = tuple(range(0x10000)) * 2
 
 
 class SequenceTracker:
@@ -73,6 +75,29 @@ class SequenceTracker:
             return
         self._received += 1
         self._remember(ext)
+
+    def on_run(self, sequences: tuple[int, ...], ssrc: int) -> bool:
+        """Account a batch at once when it simply continues the stream; False (nothing changed) if not.
+
+        The steady case: same SSRC, the first number right after the highest seen, the rest
+        consecutive. Then the counters move exactly as ``on_packet`` per packet would move them;
+        otherwise the caller feeds the packets one by one.
+        """
+        count = len(sequences)
+        if not count or count > 0x10000 or ssrc != self._ssrc or self._max_ext < 0:
+            return False
+        first = sequences[0]
+        if first != (self._max_ext + 1) & 0xFFFF or sequences != _SEQUENCE_RUN[first : first + count]:
+            return False
+        start = self._max_ext + 1
+        self._max_ext += count
+        self._received += count
+        seen = self._seen
+        seen.update(range(max(start, self._max_ext - 4 * MAX_MISORDER), self._max_ext + 1))
+        if len(seen) > 4 * MAX_MISORDER:
+            floor = self._max_ext - MAX_MISORDER
+            self._seen = {e for e in seen if e >= floor}
+        return True
 
     def _restart(self, sequence: int, ssrc: int) -> None:
         self._lost_before = self.lost

@@ -191,6 +191,52 @@ class UdpOutputDriver:
             if self._fec is not None:
                 self._protect(made, arrival)
 
+    def slot_layout(self, header_len: int, size: int) -> tuple[int, int] | None:
+        """Where this output's datagrams lie in an input slot of ``size`` bytes whose TS payload
+        starts at ``header_len`` (12 for RTP, 0 for raw TS): ``(offset, length)``, or None when
+        the output must make its own packets (FEC, RTP made for raw TS, TS re-packing, SRT).
+        """
+        if self._fec is not None or self._closed:
+            return None
+        if self.strip_rtp:
+            if self._ts_carry or size - header_len != TS_DATAGRAM:
+                return None
+            return header_len, size - header_len
+        if header_len == 0:
+            return None  # raw TS in, RTP out: each datagram needs a header of ours
+        return 0, size
+
+    def send_slots(self, buffer: bytearray, offset: int, stride: int, length: int, count: int) -> None:
+        """Send ``count`` datagrams lying in place at ``offset + k * stride`` (see ``slot_layout``).
+
+        Zero-copy when nothing is queued: the kernel reads the input slots directly. What the
+        kernel does not take now (or everything, behind a backlog) is copied into the queue, so
+        the input may reuse its slots as soon as this returns.
+        """
+        if self._closed:
+            return
+        sent = 0
+        if not self._queue and not self._blocked and not self._fec_columns and not self._fec_rows:
+            sent = count
+            for index, (_, dest, sender) in enumerate(self._legs):
+                try:
+                    taken = sender.send_strided(buffer, offset, stride, length, count, dest)
+                except OSError as exc:
+                    if exc.errno not in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
+                        raise
+                    taken = count  # an ICMP error for an earlier datagram: this batch left
+                if index == 0:
+                    sent = taken
+            self.packets_sent += sent
+            self.bytes_sent += sent * length
+        if sent < count:
+            view = memoryview(buffer)
+            for k in range(sent, count):
+                start = offset + k * stride
+                self._enqueue(bytes(view[start : start + length]))
+            if not self._blocked:
+                self.flush()
+
     def _protect(self, packet: bytes, now: float) -> None:
         """Feed the FEC encoder; its column/row packets go out with the next flush (paced by it)."""
         fec = self._fec
