@@ -60,6 +60,11 @@ class SectionAssembler:
         self._need = 0  # bytes the pending section still lacks; 0 = nothing pending
         self.malformed = 0
 
+    @property
+    def busy(self) -> bool:
+        """True while part of a section waits for the next packets."""
+        return bool(self._pending)
+
     def reset(self) -> None:
         if self._pending:
             self.malformed += 1

@@ -26,7 +26,9 @@ Never raises on stream bytes (style H5): every malformation is a counter.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -75,6 +77,25 @@ _SYNC_RUN: Final = bytes([SYNC_BYTE]) * _RUN_MAX
 _UNIFORM: Final = [bytes([b]) * _RUN_MAX for b in range(256)]
 # Fourth header byte of consecutive payload-only, unscrambled packets: 0x1c, 0x1d, ...
 _CC_RUN: Final = bytes(0x10 | (k & 0x0F) for k in range(16 + _RUN_MAX))
+
+# Batch fast path (feed_strided): the 4-byte headers of a batch, datagram after datagram, are
+# compared with the headers a run of one PID in counter order would have. A pattern covers
+# _RUN_CHUNK datagrams; a multiple of 16, so that every chunk of a run starts at the same counter
+# phase (16 x n packets = 0 mod 16) and one pattern per phase serves runs of any length.
+_RUN_CHUNK: Final = 64
+_RUN_PATTERNS: dict[int, list[bytes]] = {}  # (b1 << 16 | b2 << 8 | n) -> 16 patterns, by phase
+_HEADER_WORD: Final = np.dtype("V4")  # a header as raw bytes (no byte order, no alignment needed)
+_STRUCT_GATHER_MAX: Final = 2  # up to this many datagrams, gather headers with struct instead
+_HEADER_STRUCTS: dict[int, struct.Struct] = {}  # n -> the n headers of one datagram
+# Per-datagram fast path: header signatures -> plans, per analyser, for the current PID roles.
+# A plan: ((pid, counter before, last counter, packets) per PID, (pid, position) per PSI packet,
+# null packets); _NO_PLAN for a datagram that needs the per-packet path.
+_Plan = tuple[tuple[tuple[int, int, int, int], ...], tuple[tuple[int, int], ...], int]
+_MAX_PLANS: Final = 4096
+_NO_PLAN: Final[_Plan] = ((), (), -1)
+# Memoised section handling (see _on_psi); tests switch it off to compare with the plain path.
+MEMO_PSI = True
+_UNPARSED: Final = object()
 
 # Per-PID roles, a bit set in an 8192-entry table (style §7: lists, not dicts, per PID).
 K_PSI: Final = 1  # PAT, CAT, NIT, SDT and PMT PIDs: reassemble sections
@@ -133,6 +154,51 @@ class _PcrState:
         self.ref_pcr = self.fit_pcr = pcr
         self.ref_index = self.fit_index = index
         self.bad_run = 0
+
+
+def _run_patterns(b1: int, b2: int, n: int) -> list[bytes]:
+    """The header bytes of ``_RUN_CHUNK`` datagrams of ``n`` payload-only packets of one PID.
+
+    Pattern ``c`` is the run whose first packet has continuity_counter ``c``: header k of the
+    run is 0x47, b1, b2, 0x10 | (c + k) mod 16 (ISO/IEC 13818-1 §2.4.3.2: sync byte; no TEI,
+    PUSI or priority; unscrambled, payload only; the counter steps by one per packet).
+    """
+    key = (b1 << 16) | (b2 << 8) | n
+    pats = _RUN_PATTERNS.get(key)
+    if pats is None:
+        pats = []
+        for c in range(16):
+            head = bytearray()
+            for k in range(_RUN_CHUNK * n):
+                head += bytes((SYNC_BYTE, b1, b2, 0x10 | ((c + k) & 0x0F)))
+            pats.append(bytes(head))
+        if len(_RUN_PATTERNS) >= 64:  # a few PIDs per flow; bound the memo all the same
+            _RUN_PATTERNS.clear()
+        _RUN_PATTERNS[key] = pats
+    return pats
+
+
+def _header_struct(n: int) -> struct.Struct:
+    st = _HEADER_STRUCTS[n] = struct.Struct("4s" + f"{TS_PACKET_SIZE - 4}x4s" * (n - 1))
+    return st
+
+
+class _PsiRepeat:
+    """The last section-starting payload of a PSI PID that an idle assembler took whole.
+
+    ``sections`` is what ``SectionAssembler.feed`` answered for ``payload`` (a pure function of
+    the payload when nothing is pending); ``stable`` whether handling those sections last time
+    left the tables as they were (``epoch`` is the tables' epoch after it).
+    """
+
+    __slots__ = ("asm", "epoch", "payload", "sections", "stable")
+
+    def __init__(self, asm: SectionAssembler, payload: bytes, sections: list[bytes]) -> None:
+        self.asm = asm
+        self.payload = payload
+        self.sections = sections
+        self.stable = False
+        self.epoch = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,12 +263,19 @@ class Tr101290Analyzer:
         self._counts_np = np.zeros(PID_COUNT, dtype=np.int64)
         self._seen_at = [-1.0] * PID_COUNT  # last arrival per PID (PID_error), Python path
         self._seen_at_np = np.full(PID_COUNT, -1.0)
+        self._plans: dict[bytes, _Plan] = {}  # per-datagram plans of feed_strided (see _apply_plan)
         self._kinds = [0] * PID_COUNT
         self._kinds_np = np.zeros(PID_COUNT, dtype=np.uint8)
         self._generation = 0  # bumped whenever _kinds changes (the numpy path re-masks)
         for pid in (PAT_PID, CAT_PID, NIT_PID, SDT_PID):
             self._set_kind(pid, K_PSI)
         self._assemblers: dict[int, SectionAssembler] = {}
+        # Memos of the PSI handling (_on_psi, _on_section): a repeated table costs a compare.
+        self._tables_epoch = 0  # bumped whenever the PAT/PMT/CAT state changes
+        self._psi_repeat: dict[int, _PsiRepeat] = {}
+        self._section_memo: dict[int, list[object]] = {}  # pid -> [section, crc ok, parsed]
+        self._pat_applied: object = None  # the parsed PAT that made _pat_map, at _pat_epoch
+        self._pat_epoch = -1
         # Tables and their watches.
         self._pat_watch: _Watch | None = None
         self._pat_map: dict[int, int] = {}  # program_number -> PMT PID
@@ -218,6 +291,8 @@ class Tr101290Analyzer:
         self.first_pcr_pid: int | None = None
         self.pcr_samples: list[tuple[float, int]] = []  # (arrival, PCR) of first_pcr_pid, drained by the owner
         self.pcr_resets = 0  # bumped at a PCR discontinuity of first_pcr_pid
+        # Datagrams feed_strided accounted by runs, by plans, and per packet (tests, bench).
+        self.strided_paths = [0, 0, 0]
 
     # ------------------------------------------------------------------ per-PID roles
     def _set_kind(self, pid: int, kinds: int) -> None:
@@ -225,6 +300,7 @@ class Tr101290Analyzer:
             self._kinds[pid] = kinds
             self._kinds_np[pid] = kinds
             self._generation += 1
+            self._plans.clear()  # plans are made for the PID roles of their time
 
     def set_collect(self, pid: int, on: bool) -> None:
         k = self._kinds[pid]
@@ -248,7 +324,7 @@ class Tr101290Analyzer:
         if 1 < count <= _RUN_MAX and self._in_sync and not self._bad_run:
             # Fast path: a datagram of one PID whose packets carry payload only, in counter
             # order, continuing the PID's last counter. Most datagrams of a video flow are this;
-            # four C-level byte slices then stand for the per-packet loop below (same counters).
+            # four C-level byte slices then stand for the per-packet loop (same counters).
             raw = bytes(buf[: count * TS_PACKET_SIZE])
             h1 = raw[1]
             h2 = raw[2]
@@ -276,8 +352,17 @@ class Tr101290Analyzer:
                     overlay[pid] = (c0 + count - 1) & 0x0F
                     self.ts_packets_analyzed += count
                     return
+        self._feed_loop(buf, 0, count, arrival, index)
+
+    def _feed_loop(self, buf: Buffer, base: int, count: int, arrival: float, index: int) -> None:
+        """The per-packet path: ``count`` packets from ``buf[base]``, all arrived at ``arrival``."""
+        kinds = self._kinds
+        counts = self._counts_py
+        seen_at = self._seen_at
+        overlay = self._cc_overlay
+        cc_state = self._cc_state
         self.ts_packets_analyzed += count
-        off = 0
+        off = base
         for i in range(count):
             if buf[off] != SYNC_BYTE:
                 self._bad_sync(arrival)
@@ -327,6 +412,211 @@ class Tr101290Analyzer:
                 self._special(buf, off, pid, arrival, index + i, cc_err, disc)
                 kinds = self._kinds
             off += TS_PACKET_SIZE
+
+    # ------------------------------------------------------------------ batch path
+    def feed_strided(
+        self,
+        buf: Buffer,
+        offset: int,
+        stride: int,
+        n: int,
+        arrivals: Sequence[float],
+        start: int,
+        stop: int,
+        index: int,
+    ) -> int:
+        """Analyse datagrams ``start``..``stop - 1`` of a batch laid out at a fixed stride.
+
+        Datagram k holds ``n`` whole packets at ``buf[offset + k * stride]`` and arrived at
+        ``arrivals[k]``; ``index`` is the flow-wide number of the first packet of datagram
+        ``start``. The counters are those of ``feed_packets`` on each datagram in turn. Answers
+        the number of the datagram after the last one analysed: ``stop``, or less right after
+        a datagram that left PCR samples (the owner drains them per datagram). Keeps no view.
+
+        How: the batch's headers are gathered in one strided copy, datagram after datagram.
+        A run of datagrams whose packets are all payload-only packets of one PID continuing its
+        counter is found by one compare with ``_run_patterns`` and accounted with a few
+        additions; a datagram that breaks the run takes a cached per-datagram plan
+        (``_apply_plan``: several PIDs, null packets, repeated PSI) or the per-packet path.
+        Stream order is kept: runs and datagrams are handled in turn, and every datagram that
+        can move state beyond counts and counters (PSI, PCR, PES starts, errors) takes the same
+        code as ``feed_packets``.
+        """
+        m = stop - start
+        if m <= 0 or n <= 0:
+            return stop
+        base = offset + start * stride
+        w = 4 * n
+        if m <= _STRUCT_GATHER_MAX:
+            # A few datagrams: one struct unpack per datagram is cheaper than numpy's set-up.
+            st = _HEADER_STRUCTS.get(n) or _header_struct(n)
+            heads = b"".join([h for k in range(m) for h in st.unpack_from(buf, base + k * stride)])
+        else:
+            # One strided copy (numpy's view is released at once: no view outlives the call).
+            hdr = np.ndarray((m, n), dtype=_HEADER_WORD, buffer=buf, offset=base, strides=(stride, TS_PACKET_SIZE))
+            heads = hdr.tobytes()
+            del hdr
+        kinds = self._kinds
+        counts = self._counts_py
+        seen_at = self._seen_at
+        overlay = self._cc_overlay
+        cc_state = self._cc_state
+        k = 0
+        while k < m:
+            p = w * k
+            if self._in_sync and not self._bad_run:
+                b1 = heads[p + 1]
+                b3 = heads[p + 3]
+                # A run candidate: sync byte, no TEI/PUSI, unscrambled payload only (§2.4.3.2).
+                if heads[p] == SYNC_BYTE and not b1 & 0xC0 and b3 & 0xF0 == 0x10:
+                    b2 = heads[p + 2]
+                    pid = ((b1 & 0x1F) << 8) | b2
+                    if pid != NULL_PID and not kinds[pid] & (K_PSI | K_COLLECT):
+                        prev = overlay.get(pid)
+                        if prev is None:
+                            prev = int(cc_state[pid])
+                        # §5.2.1 1.4: the run must continue the PID's counter (a PID's first
+                        # packet is not checked, so then the run starts at its own counter).
+                        c = (b3 if prev < 0 else prev + 1) & 0x0F
+                        pats = _RUN_PATTERNS.get((b1 << 16) | (b2 << 8) | n)
+                        pat = (pats or _run_patterns(b1, b2, n))[c]
+                        j = k
+                        while j < m:
+                            e = min(m, j + _RUN_CHUNK)
+                            if heads.startswith(pat[: w * (e - j)], w * j):
+                                j = e
+                                continue
+                            # The run ends before datagram e: bisect for its end (a few
+                            # C-level compares of prefixes).
+                            hi = e - j
+                            lo = 0
+                            while hi - lo > 1:
+                                mid = (lo + hi) >> 1
+                                if heads.startswith(pat[: w * mid], w * j):
+                                    lo = mid
+                                else:
+                                    hi = mid
+                            j += lo
+                            break
+                        if j > k:
+                            run = n * (j - k)
+                            counts[pid] += run
+                            # The per-packet path leaves the arrival of the PID's last packet,
+                            # in the run's last datagram: the same value, so PID_error (1.6)
+                            # timing is unchanged (the owner runs check_timers between calls).
+                            seen_at[pid] = arrivals[start + j - 1]
+                            overlay[pid] = (c + run - 1) & 0x0F
+                            self.ts_packets_analyzed += run
+                            self.strided_paths[0] += j - k
+                            k = j
+                            continue
+            # Datagram k breaks the run: its plan, or the per-packet path.
+            off = base + k * stride
+            arrival = arrivals[start + k]
+            if self._apply_plan(heads[p : p + w], buf, off, n, arrival):
+                self.strided_paths[1] += 1
+            else:
+                self.strided_paths[2] += 1
+                self._feed_loop(buf, off, n, arrival, index + k * n)
+                kinds = self._kinds
+                if self.pcr_samples:
+                    return start + k + 1
+            k += 1
+        return stop
+
+    def _apply_plan(self, sig: bytes, buf: Buffer, off: int, n: int, arrival: float) -> bool:
+        """Account one datagram by the plan of its header signature; False when it has none.
+
+        A plan exists for a datagram whose packets all have a good sync byte and no TEI, and
+        are null packets, payload-only packets of PIDs in counter order within the datagram,
+        or section-starting packets of PSI PIDs. It applies when each PID continues its
+        counter (§5.2.1 1.4) and each PSI packet repeats a payload that left the tables as
+        they are (``_PsiRepeat``): then the PID roles cannot change within the datagram, and
+        per-PID counts, counters and last-seen times may be updated in any order.
+        """
+        if not self._in_sync or self._bad_run:
+            return False
+        plan = self._plans.get(sig)
+        if plan is None:
+            plan = self._build_plan(sig, n)
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            self._plans[sig] = plan
+        if plan is _NO_PLAN:
+            return False
+        groups, psi, nulls = plan
+        overlay = self._cc_overlay
+        for pid, want, _last, _m in groups:
+            prev = overlay.get(pid)
+            if prev is None:
+                prev = int(self._cc_state[pid])
+            if prev >= 0 and prev & 0x0F != want:
+                return False
+        repeats: list[_PsiRepeat] = []
+        for pid, pos in psi:
+            rep = self._psi_repeat.get(pid)
+            if rep is None or not rep.stable or rep.epoch != self._tables_epoch or rep.asm.busy:
+                return False
+            start = off + pos * TS_PACKET_SIZE + 4
+            if rep.payload != buf[start : start + TS_PACKET_SIZE - 4]:
+                return False
+            repeats.append(rep)
+        counts = self._counts_py
+        seen_at = self._seen_at
+        for pid, _want, last, m in groups:
+            counts[pid] += m
+            seen_at[pid] = arrival
+            overlay[pid] = last
+        if nulls:
+            counts[NULL_PID] += nulls
+        self.ts_packets_analyzed += n
+        for (pid, _pos), rep in zip(psi, repeats, strict=True):
+            for section in rep.sections:
+                self._on_section(pid, section, arrival)
+        return True
+
+    def _build_plan(self, sig: bytes, n: int) -> _Plan:
+        """The plan of a header signature (n headers of 4 bytes) for the current PID roles:
+        ``(groups, psi, nulls)`` with groups ``(pid, counter before, last counter, packets)``
+        in order of appearance and psi ``(pid, position)``; ``_NO_PLAN`` when the datagram needs
+        the per-packet path (mirrors the conditions of ``_feed_loop``)."""
+        kinds = self._kinds
+        groups: dict[int, list[int]] = {}
+        psi: list[tuple[int, int]] = []
+        nulls = 0
+        for i in range(n):
+            b0, b1, b2, b3 = sig[4 * i : 4 * i + 4]
+            if b0 != SYNC_BYTE or b1 & 0x80:
+                return _NO_PLAN  # sync byte or transport error: the per-packet path counts it
+            pid = ((b1 & 0x1F) << 8) | b2
+            if pid == NULL_PID:
+                nulls += 1  # counted only (ISO/IEC 13818-1 §2.4.3.3)
+                continue
+            if b3 & 0xF0 != 0x10:
+                return _NO_PLAN  # adaptation field, no payload or scrambled
+            k = kinds[pid]
+            if k & K_COLLECT:
+                return _NO_PLAN
+            if k & K_PSI:
+                if not b1 & 0x40:
+                    return _NO_PLAN  # a section continued from an earlier packet
+                psi.append((pid, i))
+            elif k and b1 & 0x40:
+                return _NO_PLAN  # a PES start: PTS and the media analyser
+            cc = b3 & 0x0F
+            g = groups.get(pid)
+            if g is None:
+                groups[pid] = [(cc - 1) & 0x0F, cc, 1]
+            elif cc == (g[1] + 1) & 0x0F:
+                g[1] = cc
+                g[2] += 1
+            else:
+                return _NO_PLAN  # a counter error or duplicate within the datagram
+        return (
+            tuple((pid, want, last, m) for pid, (want, last, m) in groups.items()),
+            tuple(psi),
+            nulls,
+        )
 
     def _bad_sync(self, arrival: float) -> None:
         # §5.2.1 1.2 Sync_byte_error: counted per packet; the packet is not analysed further,
@@ -629,16 +919,51 @@ class Tr101290Analyzer:
             asm = self._assemblers[pid] = SectionAssembler()
         if cc_err:
             asm.reset()
-        for section in asm.feed(buf[start : off + TS_PACKET_SIZE], bool(b1 & 0x40)):
+        if not (b1 & 0x40 and not asm.busy and MEMO_PSI):
+            for section in asm.feed(buf[start : off + TS_PACKET_SIZE], bool(b1 & 0x40)):
+                self._on_section(pid, section, arrival)
+            return
+        # A section starts here and nothing is pending: what the assembler answers is a pure
+        # function of the payload, so a payload repeated from the last time (tables repeat
+        # every 100 ms or so, ISO/IEC 13818-1 §2.4.4; TR 101 290 1.3/1.5) skips reassembly.
+        payload = bytes(buf[start : off + TS_PACKET_SIZE])
+        rep = self._psi_repeat.get(pid)
+        if rep is None or rep.payload != payload:
+            malformed = asm.malformed
+            sections = asm.feed(payload, True)
+            if asm.busy or asm.malformed != malformed:
+                self._psi_repeat.pop(pid, None)
+                for section in sections:
+                    self._on_section(pid, section, arrival)
+                return
+            rep = self._psi_repeat[pid] = _PsiRepeat(asm, payload, sections)
+        epoch = self._tables_epoch
+        for section in rep.sections:
             self._on_section(pid, section, arrival)
+        rep.stable = self._tables_epoch == epoch
+        rep.epoch = self._tables_epoch
+
+    def _memo(self, pid: int, section: bytes) -> list[object]:
+        """``[section, CRC ok or None, parsed table or _UNPARSED]`` of the PID's last section.
+
+        CRC and parse are pure functions of the bytes, so a repeated section reuses them.
+        """
+        memo = self._section_memo.get(pid)
+        if memo is None or (memo[0] is not section and memo[0] != section) or not MEMO_PSI:
+            memo = self._section_memo[pid] = [section, None, _UNPARSED]
+        return memo
 
     def _on_section(self, pid: int, section: bytes, arrival: float) -> None:
         table_id = section[0]
         if table_id == 0xFF:
             return
+        memo = self._memo(pid, section)
         # §5.2.2 2.2 CRC_error: long-form sections of the PAT, CAT, PMT, NIT and SDT/BAT.
         if len(section) >= 3 and section[1] & 0x80 and (pid in _CRC_CHECKED_PIDS or pid in self._pmt_watch):
-            if len(section) < 8 or not section_crc_ok(section):
+            crc_ok = memo[1]
+            if crc_ok is None:
+                crc_ok = memo[1] = len(section) >= 8 and section_crc_ok(section)
+            if not crc_ok:
                 self.crc_errors += 1
                 self.last_p2_error = arrival
                 return
@@ -647,8 +972,10 @@ class Tr101290Analyzer:
                 # §5.2.1 1.3: a section other than table_id 0x00 on PID 0.
                 self._pat_error(arrival)
                 return
-            pat = parse_pat(section)
-            if pat is None:
+            pat = memo[2]
+            if pat is _UNPARSED:
+                pat = memo[2] = parse_pat(section)
+            if not isinstance(pat, list):
                 self._pat_error(arrival)
                 return
             self.pat_count += 1
@@ -656,25 +983,33 @@ class Tr101290Analyzer:
                 self._pat_watch = _Watch(arrival, PAT_INTERVAL_S)
             elif self._pat_watch.seen(arrival):
                 self._pat_error(arrival)
-            self._apply_pat(pat, arrival)
+            if pat is not self._pat_applied or self._pat_epoch != self._tables_epoch:
+                # (The same parsed PAT at the same epoch made the current map: nothing to do.)
+                self._apply_pat(pat, arrival)
+                self._pat_applied = pat
+                self._pat_epoch = self._tables_epoch
         elif pid == CAT_PID:
             if table_id == TABLE_CAT:
-                self._cat_seen = True
-                self._generation += 1
+                if not self._cat_seen:
+                    self._cat_seen = True
+                    self._generation += 1
+                    self._tables_epoch += 1
             else:
                 # §5.2.2 2.6 CAT_error: a section other than table_id 0x01 on PID 1.
                 self.cat_errors += 1
                 self.last_p2_error = arrival
         elif pid in self._pmt_watch and table_id == TABLE_PMT:
-            pmt = parse_pmt(section)
-            if pmt is None:
+            pmt = memo[2]
+            if pmt is _UNPARSED:
+                pmt = memo[2] = parse_pmt(section)
+            if not isinstance(pmt, Pmt):
                 self._pmt_error(arrival)
                 return
             self.pmt_count += 1
             if self._pmt_watch[pid].seen(arrival):
                 self._pmt_error(arrival)
             old = self._pmts.get(pmt.program_number)
-            if old != pmt and self._pat_map.get(pmt.program_number) == pid:
+            if old is not pmt and old != pmt and self._pat_map.get(pmt.program_number) == pid:
                 self._pmts[pmt.program_number] = pmt
                 self._apply_pmts(arrival)
 
@@ -690,6 +1025,7 @@ class Tr101290Analyzer:
         new_map = {prog: pid for prog, pid in pat if prog != 0 and pid != NULL_PID}
         if new_map == self._pat_map:
             return
+        self._tables_epoch += 1
         self._pat_map = new_map
         pmt_pids = set(new_map.values())
         for pid in list(self._pmt_watch):
@@ -707,6 +1043,7 @@ class Tr101290Analyzer:
         self._apply_pmts(arrival)
 
     def _apply_pmts(self, arrival: float) -> None:
+        self._tables_epoch += 1
         es_pids: set[int] = set()
         referenced: set[int] = set()
         for pmt in self._pmts.values():
