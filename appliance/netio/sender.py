@@ -86,6 +86,7 @@ class BatchSender:
         self._s_layouts: dict[tuple[int, ...], tuple[bytes, list[int]]] = {}
         self._s_iovs: dict[tuple[int, ...], Any] = {}
         self._s_buffers: dict[int, bytearray] = {}
+        self._s_size = -1  # the GSO size the shared strided cmsg holds
 
     @property
     def batched(self) -> bool:
@@ -235,7 +236,7 @@ class BatchSender:
         self._s_ctrl = bytearray(self._ctrl_space)
         _libc.CMSG_U16.pack_into(self._s_ctrl, 0, _libc.cmsg_len(2), _libc.SOL_UDP, _libc.UDP_SEGMENT, 0)
         self._s_ctrl_addr = _libc.buffer_address(self._s_ctrl)
-        self._s_size = -1
+        self._s_size = -1  # the cmsg is fresh: every layout must write its size
 
     def _pack(self, datagrams: Sequence[bytes | bytearray | memoryview], start: int) -> int:
         """Lay out datagrams from ``start`` as up to ``max_messages`` messages; the message count.

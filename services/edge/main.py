@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from appliance import __version__, systemd
 from appliance.config.store import EdgeConfigStore
 from appliance.errors import ConfigFileError, PersistFailed
 from appliance.http.app import create_app, serve
-from services.edge.engine.supervisor import default_worker_count
+from services.edge.engine.supervisor import WORKER_NICE, default_worker_count
 from services.edge.metrics import EdgeMetrics
 from services.edge.service import EdgeService
 
@@ -53,6 +54,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--listen-port", type=_port, help="API port for this run (not written back)")
     parser.add_argument("--workers", type=int, default=default_worker_count(), help="engine worker processes")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--no-pin-cpus",
+        dest="pin_cpus",
+        action="store_false",
+        help="let the scheduler place the workers (default: the control process keeps the first CPU, "
+        "each worker gets one of the others when there are enough)",
+    )
+    parser.add_argument(
+        "--worker-nice",
+        type=int,
+        default=WORKER_NICE,
+        help=f"scheduling niceness of the engine workers (default {WORKER_NICE}; needs CAP_SYS_NICE, else 0)",
+    )
     parser.add_argument("--version", action="version", version=f"mp-edge {__version__}")
     return parser.parse_args(argv)
 
@@ -132,8 +146,17 @@ def main(argv: list[str] | None = None) -> None:
 
     async def _run() -> None:
         service = EdgeService(
-            store, config, version=__version__, workers=max(1, args.workers), log_level=args.log_level
+            store,
+            config,
+            version=__version__,
+            workers=max(1, args.workers),
+            log_level=args.log_level,
+            pin_cpus=args.pin_cpus,
+            worker_nice=args.worker_nice,
         )
+        if service.engine.control_cpus is not None:
+            # The workers were planned on the other CPUs; the API and its clients stay here.
+            os.sched_setaffinity(0, service.engine.control_cpus)
         await run_edge(
             service,
             host,

@@ -21,7 +21,7 @@ from appliance.config.store import EdgeConfigStore, ensure_jwt_secret, merge_kep
 from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig, SrtInput, SrtOutput
 from appliance.models.stats import FlowState, StatsSnapshot
 from services.edge.engine.srt_io import check_supported as check_srt_supported
-from services.edge.engine.supervisor import Engine, EngineError
+from services.edge.engine.supervisor import WORKER_NICE, Engine, EngineError
 from services.edge.stats import StatsAggregator
 
 _log = logging.getLogger("mediaplane.edge")
@@ -71,7 +71,15 @@ class EdgeService:
     """The edge's state and decisions. Build it, then ``await run(...)`` it in a nursery."""
 
     def __init__(
-        self, store: EdgeConfigStore, config: AppConfig, *, version: str, workers: int, log_level: str
+        self,
+        store: EdgeConfigStore,
+        config: AppConfig,
+        *,
+        version: str,
+        workers: int,
+        log_level: str,
+        pin_cpus: bool = True,
+        worker_nice: int = WORKER_NICE,
     ) -> None:
         self.store = store
         self.config = config
@@ -84,6 +92,8 @@ class EdgeService:
             on_flow_failed=self._on_flow_failed,
             on_workers_lost=self._on_workers_lost,
             log_level=log_level,
+            pin_cpus=pin_cpus,
+            worker_nice=worker_nice,
         )
         self._lock = trio.Lock()
         self._nursery: trio.Nursery | None = None

@@ -436,8 +436,9 @@ class FlowRuntime:
         self.packets_received += count
         self.bytes_received += size * count
         self.last_arrival = arrivals[-1]
-        self._analyse_slots(receiver, 12, count, size - 12, arrivals, list(fields[3::5]))
+        # Out first, analysis after: the analysis never adds to the packets' latency.
         self._send_slots(receiver, 12, count, size)
+        self._analyse_slots(receiver, 12, count, size - 12, arrivals, list(fields[3::5]))
         return True
 
     def _udp_in_place(self, receiver: BatchReceiver, count: int) -> bool:
@@ -450,8 +451,8 @@ class FlowRuntime:
         self.packets_received += count
         self.bytes_received += size * count
         self.last_arrival = arrivals[-1]
-        self._analyse_slots(receiver, 0, count, size, arrivals, None)
         self._send_slots(receiver, 0, count, size)
+        self._analyse_slots(receiver, 0, count, size, arrivals, None)
         return True
 
     def _analyse_slots(
@@ -479,8 +480,7 @@ class FlowRuntime:
         buffer, slot = receiver.buffer, receiver.slot_size
         copies: list[tuple[bytes, memoryview]] | None = None
         for output in self.outputs:
-            layout = output.slot_layout(header_len, size) if isinstance(output, UdpOutputDriver) else None
-            if layout is not None:
+            if isinstance(output, UdpOutputDriver) and (layout := output.slot_layout(header_len, size)) is not None:
                 output.send_slots(buffer, layout[0], slot, layout[1], count)
                 continue
             if copies is None:
@@ -560,12 +560,12 @@ class FlowRuntime:
                 output.offer(None, payload, arrival)
 
     def _finish_batch(self) -> None:
-        """Analyse what this batch emitted and send every output's queue."""
+        """Send every output's queue, then analyse what this batch emitted (latency first)."""
+        for output in self.outputs:
+            output.flush()
         if self._payloads:
             self.analysis.on_batch(self._payloads, self._times, self._rtp_times)
             self._payloads, self._times, self._rtp_times = [], [], []
-        for output in self.outputs:
-            output.flush()
 
     def _drain_merger_events(self) -> None:
         if self.merger is None:

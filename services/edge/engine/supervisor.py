@@ -38,6 +38,23 @@ def default_worker_count() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+WORKER_NICE: Final = -10  # the data plane before the API, the console and other tenants of the box
+
+
+def cpu_plan(workers: int, cpus: list[int] | None = None) -> tuple[list[int] | None, list[int | None]]:
+    """Which CPUs the control process keeps and which CPU each worker gets.
+
+    The first allowed CPU is the control process's (and the system's); the workers take the
+    others in turn, so the API, its clients and the stats never run on a worker's core
+    (bench scenario 5). With fewer than two CPUs, or more workers than the other CPUs hold,
+    nothing is pinned: sharing a pinned core would be worse than letting the scheduler place.
+    """
+    allowed = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    if len(allowed) < 2 or workers > len(allowed) - 1:
+        return None, [None] * workers
+    return allowed[:1], [allowed[1 + index] for index in range(workers)]
+
+
 @dataclass
 class _Pending:
     done: trio.Event = field(default_factory=trio.Event)
@@ -70,8 +87,13 @@ class Engine:
         on_flow_failed: FailureCallback,
         on_workers_lost: LostCallback,
         log_level: str = "info",
+        pin_cpus: bool = True,
+        worker_nice: int = WORKER_NICE,
     ) -> None:
         self._count = workers
+        plan: tuple[list[int] | None, list[int | None]] = cpu_plan(workers) if pin_cpus else (None, [None] * workers)
+        self._control_cpus, self._worker_cpus = plan
+        self._worker_nice = worker_nice
         self._on_stats = on_stats
         self._on_flow_failed = on_flow_failed
         self._on_workers_lost = on_workers_lost
@@ -81,6 +103,11 @@ class Engine:
         self._ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
         self._ready = trio.Event()
+
+    @property
+    def control_cpus(self) -> list[int] | None:
+        """The CPUs the control process should keep (None: not pinned)."""
+        return self._control_cpus
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the workers, report started, and keep them running until cancelled."""
@@ -107,6 +134,9 @@ class Engine:
                         str(index),
                         "--log-level",
                         self._log_level,
+                        "--nice",
+                        str(self._worker_nice),
+                        *(["--cpu", str(cpu)] if (cpu := self._worker_cpus[index]) is not None else []),
                     ],
                     pass_fds=(child.fileno(),),
                     # Its own session: a Ctrl-C at the console reaches the control process only,

@@ -1,0 +1,46 @@
+"""Where the engine's processes run: the CPU plan and the workers' priority, on a real mp-edge."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from services.edge.engine.supervisor import WORKER_NICE, cpu_plan, default_worker_count
+from tests.helpers.edge import running_edge, wait_for
+
+
+def test_the_control_process_keeps_the_first_cpu_and_each_worker_gets_another() -> None:
+    assert cpu_plan(1, [0, 1]) == ([0], [1])
+    assert cpu_plan(3, [2, 5, 7, 9]) == ([2], [5, 7, 9])
+    assert cpu_plan(1, [3, 1]) == ([1], [3])  # by number, whatever order the kernel gave
+
+
+def test_nothing_is_pinned_when_the_cpus_do_not_go_round() -> None:
+    assert cpu_plan(1, [0]) == (None, [None])  # one CPU: everything shares it
+    assert cpu_plan(2, [0, 1]) == (None, [None, None])  # two workers would share a pinned core
+
+
+def _children(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _nice(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[16])  # field 19: nice
+
+
+@pytest.mark.e2e
+def test_the_worker_runs_pinned_and_before_the_control_process(tmp_path: Path) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    with running_edge(tmp_path) as edge:
+        control = edge.process.pid
+        workers = wait_for(lambda: len(found := _children(control)) == default_worker_count() and found, timeout=30)
+        allowed = sorted(os.sched_getaffinity(0))
+        assert os.sched_getaffinity(control) == {allowed[0]}
+        assert sorted(cpu for worker in workers for cpu in os.sched_getaffinity(worker)) == allowed[1:]
+        assert _nice(control) == _nice(os.getpid())
+        expected = WORKER_NICE if os.geteuid() == 0 else _nice(os.getpid())
+        assert wait_for(lambda: all(_nice(worker) == expected for worker in workers), timeout=10)
