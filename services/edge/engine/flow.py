@@ -464,16 +464,7 @@ class FlowRuntime:
         arrivals: list[float],
         rtp_times: list[int] | None,
     ) -> None:
-        on_strided = getattr(self.analysis, "on_strided", None)
-        if on_strided is not None:
-            on_strided(receiver.buffer, header_len, receiver.slot_size, count, ts_bytes, arrivals, rtp_times)
-            return
-        views = receiver.views
-        self.analysis.on_batch(
-            [views[k][header_len:] for k in range(count)],
-            arrivals,
-            list(rtp_times) if rtp_times is not None else [None] * count,
-        )
+        self.analysis.on_strided(receiver.buffer, header_len, receiver.slot_size, count, ts_bytes, arrivals, rtp_times)
 
     def _send_slots(self, receiver: BatchReceiver, header_len: int, count: int, size: int) -> None:
         """Every output takes the batch from the slots; one that makes its own packets gets copies."""
