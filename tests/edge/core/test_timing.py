@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.edge.core.timing import IatMeter, JitterMeter
 
@@ -82,3 +87,135 @@ def test_jitter_array_equals_the_sequential_filter() -> None:
         arr.on_sample_array(np.asarray(arrivals[i : i + 64]), np.asarray(stamps[i : i + 64], dtype=np.int64))
     assert seq.jitter_s is not None and seq.jitter_s > 0
     assert arr.jitter_s == pytest.approx(seq.jitter_s, rel=1e-9)
+
+
+# ------------------------------------------------------------------ batch methods == per item
+def _arrival_lists(rng: random.Random, n: int) -> list[float]:
+    """Arrivals with what kernels give: steady gaps, bursts, stalls across 100 ms buckets,
+    now and then one out of order, some on round times (0.6 / 0.1 = 5.999...)."""
+    t = rng.choice((0.0, 0.6, 1000.0, 12345.678))
+    out = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.01:
+            t += rng.uniform(0.05, 0.7)  # a stall: a bucket or several go by
+        elif r < 0.02:
+            t = round(t + 0.1, 1)  # a round time on a bucket edge
+        elif r < 0.03:
+            out.append(t - rng.uniform(0.0, 0.0005))  # out of order
+            continue
+        else:
+            t += rng.choice((0.0, 6.7e-6, 1e-5, 1e-3, rng.uniform(0.0, 2e-3)))
+        out.append(t)
+    return out
+
+
+def _iat_state(meter: IatMeter) -> tuple[object, ...]:
+    return tuple(getattr(meter, name) for name in IatMeter.__slots__)
+
+
+def _batches(rng: random.Random, items: list[float], largest: int) -> list[list[float]]:
+    out = []
+    i = 0
+    while i < len(items):
+        n = rng.randint(1, largest)
+        out.append(items[i : i + n])
+        i += n
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_iat_batch_methods_equal_per_arrival_exactly(seed: int) -> None:
+    rng = random.Random(seed)
+    arrivals = _arrival_lists(rng, rng.choice((5, 200, 3000)))
+    one, lists, arrays = IatMeter(), IatMeter(), IatMeter()
+    largest = rng.choice((4, 64, 1100))
+    for batch in _batches(rng, arrivals, largest):
+        for t in batch:
+            one.on_arrival(t)
+        gaps = lists.on_arrivals(batch)
+        arrays.on_arrival_array(np.array(batch, dtype=np.float64))
+        # The same state, bit for bit (sums added in the same order), after every batch.
+        assert _iat_state(lists) == _iat_state(one)
+        assert _iat_state(arrays) == _iat_state(one)
+        if gaps is not None:
+            assert all(g >= 0.0 for g in gaps) and len(gaps) == len(batch)
+    for now in (arrivals[-1], arrivals[-1] + 0.25, arrivals[-1] + 0.95):
+        assert one.stats(now) == lists.stats(now) == arrays.stats(now)
+
+
+def _jitter_samples(rng: random.Random, n: int) -> tuple[list[float], list[int]]:
+    """A 90 kHz sender starting near the wrap, with network jitter, a stall, a restart (a
+    timestamp jump over 1 s) and timestamps going backwards."""
+    t = 50.0
+    ts = 0xFFFFFFFF - rng.randrange(200_000)
+    arrivals, stamps = [], []
+    for _ in range(n):
+        r = rng.random()
+        step = rng.choice((0, 1, 90, 3000))
+        if r < 0.01:
+            step = rng.choice((200_000, -200_000, 1 << 31, 90_001, 90_000, -90_000))
+        ts = (ts + step) & 0xFFFFFFFF
+        t += step / 90_000 if 0 <= step <= 90_000 else 0.001
+        t += rng.choice((0.0, 0.0, rng.uniform(0.0, 0.002)))
+        if rng.random() < 0.005:
+            t += rng.uniform(0.3, 0.8)  # a stall longer than the fast path's span
+        arrivals.append(t)
+        stamps.append(ts)
+    return arrivals, stamps
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_jitter_batch_methods_equal_per_sample(seed: int) -> None:
+    rng = random.Random(seed)
+    arrivals, stamps = _jitter_samples(rng, rng.choice((3, 300, 2500)))
+    one, lists, arrays, shared = (JitterMeter.for_rtp() for _ in range(4))
+    iat = IatMeter()
+    i = 0
+    while i < len(arrivals):
+        n = rng.randint(1, rng.choice((5, 64, 200, 1500)))
+        a, s = arrivals[i : i + n], stamps[i : i + n]
+        i += n
+        for t, x in zip(a, s, strict=True):
+            one.on_sample(t, x)
+        lists.on_samples(a, s)
+        arrays.on_sample_array(np.array(a, dtype=np.float64), np.array(s, dtype=np.int64))
+        prev = iat.last
+        gaps = iat.on_arrivals(a)
+        shared.on_samples(a, s, gaps if gaps is not None and prev == shared.last_arrival else None)
+        for meter in (lists, arrays, shared):
+            assert meter._samples == one._samples
+            assert meter._last_sender == one._last_sender and meter.last_arrival == one.last_arrival
+            assert meter._jitter == pytest.approx(one._jitter, rel=1e-12, abs=1e-18)
+
+
+def test_jitter_batch_skips_steps_over_a_second_and_wraps() -> None:
+    arrivals = [0.001 * i for i in range(100)]
+    stamps = [(0xFFFFFF00 + 90 * i + (100_000 if i >= 50 else 0)) & 0xFFFFFFFF for i in range(100)]
+    one, lists, arrays = JitterMeter.for_rtp(), JitterMeter.for_rtp(), JitterMeter.for_rtp()
+    for t, s in zip(arrivals, stamps, strict=True):
+        one.on_sample(t, s)
+    lists.on_samples(arrivals, stamps)
+    arrays.on_sample_array(np.array(arrivals), np.array(stamps, dtype=np.int64))
+    assert one._samples == lists._samples == arrays._samples == 98  # the 1.1 s step is not jitter
+    assert lists.jitter_s == pytest.approx(one.jitter_s, rel=1e-12)
+    assert arrays.jitter_s == pytest.approx(one.jitter_s, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 0.01), st.integers(-100_000, 100_000)), min_size=1, max_size=300))
+def test_jitter_lists_equal_per_sample_on_any_steps(steps: list[tuple[float, int]]) -> None:
+    t, ts = 7.0, 0xFFFFF000
+    arrivals, stamps = [], []
+    for gap, step in steps:
+        t += gap
+        ts = (ts + step) & 0xFFFFFFFF
+        arrivals.append(t)
+        stamps.append(ts)
+    one, lists = JitterMeter.for_rtp(), JitterMeter.for_rtp()
+    for a, s in zip(arrivals, stamps, strict=True):
+        one.on_sample(a, s)
+    lists.on_samples(arrivals[:1], stamps[:1])
+    lists.on_samples(arrivals[1:], stamps[1:])
+    assert lists._samples == one._samples
+    assert lists._jitter == pytest.approx(one._jitter, rel=1e-12, abs=1e-18)
