@@ -102,6 +102,9 @@ class FlowAnalysis:
             count = len(payloads)
             lens = list(map(len, payloads))
             if sum(lens) < NUMPY_MIN_PACKETS * TS_PACKET_SIZE:
+                if count == 1:  # nothing to batch: the per-datagram path is cheaper
+                    self.on_datagram(payloads[0], arrivals[0], rtp_timestamps[0])
+                    return
                 self.datagrams += count
                 if None not in rtp_timestamps:
                     self._timing(arrivals, rtp_timestamps)  # type: ignore[arg-type]

@@ -83,6 +83,8 @@ _CC_RUN: Final = bytes(0x10 | (k & 0x0F) for k in range(16 + _RUN_MAX))
 # _RUN_CHUNK datagrams; a multiple of 16, so that every chunk of a run starts at the same counter
 # phase (16 x n packets = 0 mod 16) and one pattern per phase serves runs of any length.
 _RUN_CHUNK: Final = 64
+_SHORT_RUN: Final = 4  # runs shorter than this on average (datagrams): a mixed stream,
+_PLAN_SPELL: Final = 16  # so take this many datagrams by plan before searching for a run again
 _RUN_PATTERNS: dict[int, list[bytes]] = {}  # (b1 << 16 | b2 << 8 | n) -> 16 patterns, by phase
 _HEADER_WORD: Final = np.dtype("V4")  # a header as raw bytes (no byte order, no alignment needed)
 _STRUCT_GATHER_MAX: Final = 2  # up to this many datagrams, gather headers with struct instead
@@ -293,6 +295,7 @@ class Tr101290Analyzer:
         self.pcr_resets = 0  # bumped at a PCR discontinuity of first_pcr_pid
         # Datagrams feed_strided accounted by runs, by plans, and per packet (tests, bench).
         self.strided_paths = [0, 0, 0]
+        self._run_mean = float(_RUN_CHUNK)  # running mean of the runs' lengths (datagrams)
 
     # ------------------------------------------------------------------ per-PID roles
     def _set_kind(self, pid: int, kinds: int) -> None:
@@ -462,9 +465,12 @@ class Tr101290Analyzer:
         overlay = self._cc_overlay
         cc_state = self._cc_state
         k = 0
+        plans_first = 0  # datagrams to take by plan without trying a run (a mixed stream)
         while k < m:
             p = w * k
-            if self._in_sync and not self._bad_run:
+            if plans_first:
+                plans_first -= 1
+            elif self._in_sync and not self._bad_run:
                 b1 = heads[p + 1]
                 b3 = heads[p + 3]
                 # A run candidate: sync byte, no TEI/PUSI, unscrambled payload only (§2.4.3.2).
@@ -481,15 +487,22 @@ class Tr101290Analyzer:
                         pats = _RUN_PATTERNS.get((b1 << 16) | (b2 << 8) | n)
                         pat = (pats or _run_patterns(b1, b2, n))[c]
                         j = k
-                        while j < m:
+                        while j < m and heads.startswith(pat[:w], w * j):
+                            # Datagram j continues the run. Up to e? Else gallop (2, 4, 8, ...
+                            # datagrams) and bisect for the run's end: C-level prefix compares,
+                            # few for the short runs of a mixed stream and for a long one alike.
                             e = min(m, j + _RUN_CHUNK)
                             if heads.startswith(pat[: w * (e - j)], w * j):
                                 j = e
                                 continue
-                            # The run ends before datagram e: bisect for its end (a few
-                            # C-level compares of prefixes).
+                            lo = 1
                             hi = e - j
-                            lo = 0
+                            step = 2
+                            while step < hi and heads.startswith(pat[: w * step], w * j):
+                                lo = step
+                                step <<= 1
+                            if step < hi:
+                                hi = step
                             while hi - lo > 1:
                                 mid = (lo + hi) >> 1
                                 if heads.startswith(pat[: w * mid], w * j):
@@ -498,6 +511,13 @@ class Tr101290Analyzer:
                                     hi = mid
                             j += lo
                             break
+                        if j < m:
+                            # Runs that end short: video interleaved with audio or null packets.
+                            # A plan per datagram is cheaper there than run searches; try again
+                            # after a while (the mean follows the stream).
+                            self._run_mean += (j - k - self._run_mean) * 0.25
+                            if self._run_mean < _SHORT_RUN:
+                                plans_first = _PLAN_SPELL
                         if j > k:
                             run = n * (j - k)
                             counts[pid] += run
@@ -513,7 +533,7 @@ class Tr101290Analyzer:
             # Datagram k breaks the run: its plan, or the per-packet path.
             off = base + k * stride
             arrival = arrivals[start + k]
-            if self._apply_plan(heads[p : p + w], buf, off, n, arrival):
+            if self._in_sync and not self._bad_run and self._apply_plan(heads[p : p + w], buf, off, n, arrival):
                 self.strided_paths[1] += 1
             else:
                 self.strided_paths[2] += 1
@@ -527,6 +547,7 @@ class Tr101290Analyzer:
     def _apply_plan(self, sig: bytes, buf: Buffer, off: int, n: int, arrival: float) -> bool:
         """Account one datagram by the plan of its header signature; False when it has none.
 
+        The caller checks that the analyser is in sync (§5.2.1 1.1: no sync state to move).
         A plan exists for a datagram whose packets all have a good sync byte and no TEI, and
         are null packets, payload-only packets of PIDs in counter order within the datagram,
         or section-starting packets of PSI PIDs. It applies when each PID continues its
@@ -534,17 +555,15 @@ class Tr101290Analyzer:
         they are (``_PsiRepeat``): then the PID roles cannot change within the datagram, and
         per-PID counts, counters and last-seen times may be updated in any order.
         """
-        if not self._in_sync or self._bad_run:
-            return False
         plan = self._plans.get(sig)
         if plan is None:
             plan = self._build_plan(sig, n)
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()
             self._plans[sig] = plan
-        if plan is _NO_PLAN:
-            return False
         groups, psi, nulls = plan
+        if nulls < 0:  # _NO_PLAN
+            return False
         overlay = self._cc_overlay
         for pid, want, _last, _m in groups:
             prev = overlay.get(pid)
@@ -552,15 +571,16 @@ class Tr101290Analyzer:
                 prev = int(self._cc_state[pid])
             if prev >= 0 and prev & 0x0F != want:
                 return False
-        repeats: list[_PsiRepeat] = []
-        for pid, pos in psi:
-            rep = self._psi_repeat.get(pid)
-            if rep is None or not rep.stable or rep.epoch != self._tables_epoch or rep.asm.busy:
-                return False
-            start = off + pos * TS_PACKET_SIZE + 4
-            if rep.payload != buf[start : start + TS_PACKET_SIZE - 4]:
-                return False
-            repeats.append(rep)
+        if psi:
+            repeats: list[_PsiRepeat] = []
+            for pid, pos in psi:
+                rep = self._psi_repeat.get(pid)
+                if rep is None or not rep.stable or rep.epoch != self._tables_epoch or rep.asm.busy:
+                    return False
+                start = off + pos * TS_PACKET_SIZE + 4
+                if rep.payload != buf[start : start + TS_PACKET_SIZE - 4]:
+                    return False
+                repeats.append(rep)
         counts = self._counts_py
         seen_at = self._seen_at
         for pid, _want, last, m in groups:
@@ -570,9 +590,10 @@ class Tr101290Analyzer:
         if nulls:
             counts[NULL_PID] += nulls
         self.ts_packets_analyzed += n
-        for (pid, _pos), rep in zip(psi, repeats, strict=True):
-            for section in rep.sections:
-                self._on_section(pid, section, arrival)
+        if psi:
+            for (pid, _pos), rep in zip(psi, repeats, strict=True):
+                for section in rep.sections:
+                    self._on_section(pid, section, arrival)
         return True
 
     def _build_plan(self, sig: bytes, n: int) -> _Plan:
