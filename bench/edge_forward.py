@@ -209,6 +209,8 @@ def running_edge(
                 "1",
                 "--log-level",
                 "info",
+                # Extra mp-edge flags for an experiment (e.g. "--no-pin-cpus --worker-nice 0").
+                *os.environ.get("MPB_EDGE_ARGS", "").split(),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,

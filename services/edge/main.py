@@ -55,11 +55,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=default_worker_count(), help="engine worker processes")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument(
-        "--no-pin-cpus",
-        dest="pin_cpus",
-        action="store_false",
-        help="let the scheduler place the workers (default: the control process keeps the first CPU, "
-        "each worker gets one of the others when there are enough)",
+        "--pin-cpus",
+        action="store_true",
+        help="pin the control process to the first CPU and each worker to one of the others, when there are "
+        "enough (for a box whose cores are the edge's alone; default: the scheduler places them)",
     )
     parser.add_argument(
         "--worker-nice",

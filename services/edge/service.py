@@ -78,7 +78,7 @@ class EdgeService:
         version: str,
         workers: int,
         log_level: str,
-        pin_cpus: bool = True,
+        pin_cpus: bool = False,
         worker_nice: int = WORKER_NICE,
     ) -> None:
         self.store = store

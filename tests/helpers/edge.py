@@ -114,6 +114,7 @@ def start_edge(
     config: dict[str, Any] | None = None,
     machine_id: Path | None = None,
     extra_env: dict[str, str] | None = None,
+    extra_args: list[str] | None = None,
     wait: bool = True,
 ) -> Edge:
     """Start ``mp-edge`` (optionally writing ``config`` first) and wait for /health."""
@@ -124,7 +125,16 @@ def start_edge(
     env = {**os.environ, **(extra_env or {})}
     log = log_path.open("ab")
     process = subprocess.Popen(
-        [str(EDGE_BIN), "--config-dir", str(config_dir), "--listen-addr", "127.0.0.1", "--listen-port", str(port)],
+        [
+            str(EDGE_BIN),
+            "--config-dir",
+            str(config_dir),
+            "--listen-addr",
+            "127.0.0.1",
+            "--listen-port",
+            str(port),
+            *(extra_args or []),
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,

@@ -87,7 +87,7 @@ class Engine:
         on_flow_failed: FailureCallback,
         on_workers_lost: LostCallback,
         log_level: str = "info",
-        pin_cpus: bool = True,
+        pin_cpus: bool = False,
         worker_nice: int = WORKER_NICE,
     ) -> None:
         self._count = workers

@@ -31,16 +31,33 @@ def _nice(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2 :].split()[16])  # field 19: nice
 
 
+def _workers(control: int) -> list[int]:
+    found: list[int] = wait_for(
+        lambda: len(children := _children(control)) == default_worker_count() and children, timeout=30
+    )
+    return found
+
+
 @pytest.mark.e2e
-def test_the_worker_runs_pinned_and_before_the_control_process(tmp_path: Path) -> None:
+def test_pinned_workers_run_on_their_own_cpu(tmp_path: Path) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs")
-    with running_edge(tmp_path) as edge:
+    with running_edge(tmp_path, extra_args=["--pin-cpus"]) as edge:
         control = edge.process.pid
-        workers = wait_for(lambda: len(found := _children(control)) == default_worker_count() and found, timeout=30)
+        workers = _workers(control)
         allowed = sorted(os.sched_getaffinity(0))
         assert os.sched_getaffinity(control) == {allowed[0]}
         assert sorted(cpu for worker in workers for cpu in os.sched_getaffinity(worker)) == allowed[1:]
+
+
+@pytest.mark.e2e
+def test_workers_run_before_the_control_process_and_float_by_default(tmp_path: Path) -> None:
+    with running_edge(tmp_path) as edge:
+        control = edge.process.pid
+        workers = _workers(control)
+        allowed = os.sched_getaffinity(0)
+        assert os.sched_getaffinity(control) == allowed
+        assert all(os.sched_getaffinity(worker) == allowed for worker in workers)
         assert _nice(control) == _nice(os.getpid())
         expected = WORKER_NICE if os.geteuid() == 0 else _nice(os.getpid())
         assert wait_for(lambda: all(_nice(worker) == expected for worker in workers), timeout=10)
