@@ -254,19 +254,21 @@ class FlowAnalysis:
         tr = self._tr
         if rest:
             tr.truncated_packets += count
+        heads = tr.strided_headers(buf, offset, stride, count, n) if n else b""
+        latest = max(arrivals)
         start = 0
         while start < count:
             due = self._next_timers
             if self._media is not None and self._next_sample < due:
                 due = self._next_sample
             stop = count
-            if (max(arrivals) if start == 0 else max(arrivals[start:])) >= due:
+            if latest >= due:  # cut after the first datagram arrived at or after ``due``
                 stop = start
-                while arrivals[stop] < due:
+                while stop < count and arrivals[stop] < due:
                     stop += 1
-                stop += 1
+                stop = min(stop + 1, count)
             if n:
-                stop = tr.feed_strided(buf, offset, stride, n, arrivals, start, stop, self._index + start * n)
+                stop = tr.feed_strided(buf, offset, stride, n, arrivals, start, stop, self._index + start * n, heads)
             self._after(arrivals[stop - 1])
             start = stop
         self._index += count * n

@@ -417,6 +417,19 @@ class Tr101290Analyzer:
             off += TS_PACKET_SIZE
 
     # ------------------------------------------------------------------ batch path
+    @staticmethod
+    def strided_headers(buf: Buffer, offset: int, stride: int, count: int, n: int) -> bytes:
+        """The 4-byte headers of ``n`` packets in each of ``count`` datagrams laid out at
+        ``buf[offset + k * stride]``, datagram after datagram, in one copy (no view kept)."""
+        if count <= _STRUCT_GATHER_MAX:
+            # A few datagrams: one struct unpack per datagram is cheaper than numpy's set-up.
+            st = _HEADER_STRUCTS.get(n) or _header_struct(n)
+            return b"".join([h for k in range(count) for h in st.unpack_from(buf, offset + k * stride)])
+        hdr = np.ndarray((count, n), dtype=_HEADER_WORD, buffer=buf, offset=offset, strides=(stride, TS_PACKET_SIZE))
+        heads = hdr.tobytes()
+        del hdr  # numpy's view of the caller's buffer goes at once
+        return heads
+
     def feed_strided(
         self,
         buf: Buffer,
@@ -427,47 +440,43 @@ class Tr101290Analyzer:
         start: int,
         stop: int,
         index: int,
+        heads: bytes | None = None,
     ) -> int:
         """Analyse datagrams ``start``..``stop - 1`` of a batch laid out at a fixed stride.
 
         Datagram k holds ``n`` whole packets at ``buf[offset + k * stride]`` and arrived at
         ``arrivals[k]``; ``index`` is the flow-wide number of the first packet of datagram
-        ``start``. The counters are those of ``feed_packets`` on each datagram in turn. Answers
-        the number of the datagram after the last one analysed: ``stop``, or less right after
-        a datagram that left PCR samples (the owner drains them per datagram). Keeps no view.
+        ``start``; ``heads``, when given, is ``strided_headers`` of the batch from datagram 0.
+        The counters are those of ``feed_packets`` on each datagram in turn. Answers the
+        number of the datagram after the last one analysed: ``stop``, or less right after a
+        datagram that left PCR samples (the owner drains them per datagram). Keeps no view.
 
-        How: the batch's headers are gathered in one strided copy, datagram after datagram.
-        A run of datagrams whose packets are all payload-only packets of one PID continuing its
-        counter is found by one compare with ``_run_patterns`` and accounted with a few
-        additions; a datagram that breaks the run takes a cached per-datagram plan
+        How: with the batch's headers gathered in one strided copy, datagram after datagram,
+        a run of datagrams whose packets are all payload-only packets of one PID continuing
+        its counter is found by a few compares with ``_run_patterns`` and accounted with a
+        few additions; a datagram that breaks the run takes a cached per-datagram plan
         (``_apply_plan``: several PIDs, null packets, repeated PSI) or the per-packet path.
         Stream order is kept: runs and datagrams are handled in turn, and every datagram that
         can move state beyond counts and counters (PSI, PCR, PES starts, errors) takes the same
         code as ``feed_packets``.
         """
-        m = stop - start
-        if m <= 0 or n <= 0:
+        if stop <= start or n <= 0:
             return stop
-        base = offset + start * stride
-        w = 4 * n
-        if m <= _STRUCT_GATHER_MAX:
-            # A few datagrams: one struct unpack per datagram is cheaper than numpy's set-up.
-            st = _HEADER_STRUCTS.get(n) or _header_struct(n)
-            heads = b"".join([h for k in range(m) for h in st.unpack_from(buf, base + k * stride)])
+        if heads is None:
+            heads = self.strided_headers(buf, offset + start * stride, stride, stop - start, n)
+            first = start  # heads starts at datagram ``first``
         else:
-            # One strided copy (numpy's view is released at once: no view outlives the call).
-            hdr = np.ndarray((m, n), dtype=_HEADER_WORD, buffer=buf, offset=base, strides=(stride, TS_PACKET_SIZE))
-            heads = hdr.tobytes()
-            del hdr
+            first = 0
+        w = 4 * n
         kinds = self._kinds
         counts = self._counts_py
         seen_at = self._seen_at
         overlay = self._cc_overlay
         cc_state = self._cc_state
-        k = 0
+        k = start
         plans_first = 0  # datagrams to take by plan without trying a run (a mixed stream)
-        while k < m:
-            p = w * k
+        while k < stop:
+            p = w * (k - first)
             if plans_first:
                 plans_first -= 1
             elif self._in_sync and not self._bad_run:
@@ -487,31 +496,33 @@ class Tr101290Analyzer:
                         pats = _RUN_PATTERNS.get((b1 << 16) | (b2 << 8) | n)
                         pat = (pats or _run_patterns(b1, b2, n))[c]
                         j = k
-                        while j < m and heads.startswith(pat[:w], w * j):
+                        q = p  # heads position of datagram j
+                        while j < stop and heads.startswith(pat[:w], q):
                             # Datagram j continues the run. Up to e? Else gallop (2, 4, 8, ...
                             # datagrams) and bisect for the run's end: C-level prefix compares,
                             # few for the short runs of a mixed stream and for a long one alike.
-                            e = min(m, j + _RUN_CHUNK)
-                            if heads.startswith(pat[: w * (e - j)], w * j):
+                            e = min(stop, j + _RUN_CHUNK)
+                            if heads.startswith(pat[: w * (e - j)], q):
+                                q += w * (e - j)
                                 j = e
                                 continue
                             lo = 1
                             hi = e - j
                             step = 2
-                            while step < hi and heads.startswith(pat[: w * step], w * j):
+                            while step < hi and heads.startswith(pat[: w * step], q):
                                 lo = step
                                 step <<= 1
                             if step < hi:
                                 hi = step
                             while hi - lo > 1:
                                 mid = (lo + hi) >> 1
-                                if heads.startswith(pat[: w * mid], w * j):
+                                if heads.startswith(pat[: w * mid], q):
                                     lo = mid
                                 else:
                                     hi = mid
                             j += lo
                             break
-                        if j < m:
+                        if j < stop:
                             # Runs that end short: video interleaved with audio or null packets.
                             # A plan per datagram is cheaper there than run searches; try again
                             # after a while (the mean follows the stream).
@@ -524,23 +535,23 @@ class Tr101290Analyzer:
                             # The per-packet path leaves the arrival of the PID's last packet,
                             # in the run's last datagram: the same value, so PID_error (1.6)
                             # timing is unchanged (the owner runs check_timers between calls).
-                            seen_at[pid] = arrivals[start + j - 1]
+                            seen_at[pid] = arrivals[j - 1]
                             overlay[pid] = (c + run - 1) & 0x0F
                             self.ts_packets_analyzed += run
                             self.strided_paths[0] += j - k
                             k = j
                             continue
             # Datagram k breaks the run: its plan, or the per-packet path.
-            off = base + k * stride
-            arrival = arrivals[start + k]
+            off = offset + k * stride
+            arrival = arrivals[k]
             if self._in_sync and not self._bad_run and self._apply_plan(heads[p : p + w], buf, off, n, arrival):
                 self.strided_paths[1] += 1
             else:
                 self.strided_paths[2] += 1
-                self._feed_loop(buf, off, n, arrival, index + k * n)
+                self._feed_loop(buf, off, n, arrival, index + (k - start) * n)
                 kinds = self._kinds
                 if self.pcr_samples:
-                    return start + k + 1
+                    return k + 1
             k += 1
         return stop
 
