@@ -17,10 +17,9 @@ from .timing import IatMeter, JitterMeter
 from .ts.packet import TS_PACKET_SIZE
 from .ts.tr101290 import Tr101290Analyzer
 
-# Below this many TS packets in one call the Python loop is cheaper than the numpy path's
-# fixed cost per batch. bench/analysis.py on this project's 2-core machine (busy, CPU time):
-# at the engine's batches (<= 64 datagrams) Python is 1.5-20x faster, and numpy at best ties
-# near 128-256 datagrams, so the engine always takes the Python path (docs/analysis.md).
+# Below this many TS packets in one on_batch call the strided Python path is cheaper than the
+# numpy path's fixed cost per batch (bench/analysis.py --paths): the engine's batches (<= 64
+# datagrams) always take it (docs/analysis.md).
 NUMPY_MIN_PACKETS = 1792
 IAT_WINDOW_S: Final = 1.0
 BITRATE_SAMPLE_S: Final = 0.25
@@ -32,10 +31,12 @@ TIMING_BLOCK = 1024
 class FlowAnalysis:
     """Everything the stats snapshot reports about one flow's stream.
 
-    ``on_datagram``/``on_batch`` never raise: malformed input moves counters (TR 101 290 §5.2),
-    and an internal failure is counted in ``internal_errors`` with its text in
-    ``last_internal_error`` for the engine to log, so analysis never takes a flow off air.
-    Payload views are not kept past the call.
+    ``on_datagram``/``on_batch``/``on_strided`` never raise: malformed input moves counters
+    (TR 101 290 §5.2), and an internal failure is counted in ``internal_errors`` with its text
+    in ``last_internal_error`` for the engine to log, so analysis never takes a flow off air.
+    Payload views are not kept past the call. The three count the same: a batch gives the
+    counters, IAT and jitter (to 1e-12) of its datagrams fed one by one (tests/edge/core/
+    test_strided.py).
     """
 
     def __init__(self, *, media_analysis: bool, tr07_mode: bool = False, pid_timeout_s: float = 5.0) -> None:
@@ -178,6 +179,11 @@ class FlowAnalysis:
         ``buf`` (or fewer arrivals than ``count``) is an internal error: nothing is counted.
         """
         try:
+            if count == 1 and offset >= 0 and ts_bytes >= 0 and offset + ts_bytes <= len(buf) and arrivals:
+                # Nothing to batch: the per-datagram path is cheaper.
+                stamp = None if rtp_timestamps is None else rtp_timestamps[0]
+                self.on_datagram(memoryview(buf)[offset : offset + ts_bytes], arrivals[0], stamp)
+                return
             if count <= 0:
                 return
             if (
@@ -189,10 +195,6 @@ class FlowAnalysis:
                 or (rtp_timestamps is not None and len(rtp_timestamps) < count)
             ):
                 raise ValueError(f"on_strided: layout {offset}+{count}x{stride} ({ts_bytes} B) outside {len(buf)} B")
-            if count == 1:  # nothing to batch: the per-datagram path is cheaper
-                stamp = None if rtp_timestamps is None else rtp_timestamps[0]
-                self.on_datagram(memoryview(buf)[offset : offset + ts_bytes], arrivals[0], stamp)
-                return
             if len(arrivals) > count:
                 arrivals = arrivals[:count]
             self.datagrams += count

@@ -3,23 +3,31 @@
 Theory of operation
 -------------------
 The analyser is fed whole 188-byte TS packets with their arrival time (monotonic seconds, the
-caller's clock, style H2) and a running packet index. Two paths give the same counters:
+caller's clock, style H2) and a running packet index. Three paths give the same counters:
 
 * ``feed_packets`` walks the packets of one datagram in Python. Each packet costs a header read,
   a continuity check and a few list look-ups; a datagram of one PID in counter order (most of a
-  video flow) is checked as four byte strides instead. The engine's path: bench/analysis.py
-  measured it faster than numpy at every batch size the engine uses (docs/analysis.md).
+  video flow) is checked as four byte strides instead.
+* ``feed_strided`` takes a batch in the engine's receive layout (datagram k at a fixed stride in
+  one buffer). It gathers the batch's 4-byte headers in one strided copy, finds runs of
+  datagrams whose packets are payload-only packets of one PID continuing its counter by
+  comparing with a precomputed header pattern (a few C-level prefix compares per run), and
+  accounts a run with a few additions. A datagram that breaks the run takes a plan cached by
+  its header signature (several PIDs, null packets, repeated PSI: per-PID counts and counters)
+  or the per-packet loop of ``feed_packets``. The engine's path (bench/analysis.py).
 * ``feed_array`` takes a batch as a numpy ``(n, 188)`` array and does the per-packet work
   (sync byte, TEI, per-PID counts, continuity) as array operations: the continuity check sorts
   the batch by PID (stable, so stream order holds within a PID) and compares each packet with
   its predecessor on the same PID. Used for very large batches (capture replay).
 
-Both hand the rare packets (PSI sections, PCRs, PES starts, packets the media analyser asked
+All hand the rare packets (PSI sections, PCRs, PES starts, packets the media analyser asked
 for, scrambled packets before a CAT) to the same Python code in stream order, so everything
-that depends on section contents or PCR values is shared. Interval checks (PAT, PMT, PID,
-PCR and PTS repetition) use ``_Watch``: one error per gap, counted when the late item arrives or
-when ``check_timers`` finds the gap already longer than the limit, whichever comes first, so a
-PAT withheld for 3 s is one PAT_error, not six.
+that depends on section contents or PCR values is shared. Repeated tables are cheap: a
+section-starting PSI payload equal to the last one skips reassembly, and a section equal to
+the last one skips its CRC and parse (pure functions of the bytes). Interval checks (PAT, PMT,
+PID, PCR and PTS repetition) use ``_Watch``: one error per gap, counted when the late item
+arrives or when ``check_timers`` finds the gap already longer than the limit, whichever comes
+first, so a PAT withheld for 3 s is one PAT_error, not six.
 
 Never raises on stream bytes (style H5): every malformation is a counter.
 """
@@ -213,8 +221,9 @@ class ProgramsChanged:
 class Tr101290Analyzer:
     """TR 101 290 priority 1 and 2 indicators for one flow's transport stream.
 
-    Feed packets with ``feed_packets`` (Python path) or ``feed_array`` (numpy path), call
-    ``check_timers`` after each feed, read ``counters(now)``. Counters are cumulative from the
+    Feed packets with ``feed_packets`` (one datagram), ``feed_strided`` (a batch in receive
+    slots) or ``feed_array`` (numpy path), call ``check_timers`` after each feed, read
+    ``counters(now)``. Counters are cumulative from the
     first packet; ``priority1_ok``/``priority2_ok`` are false while an error of that priority
     happened in the last ``window_s`` seconds.
     """
