@@ -22,7 +22,7 @@ from appliance import __version__, systemd
 from appliance.config.store import EdgeConfigStore
 from appliance.errors import ConfigFileError, PersistFailed
 from appliance.http.app import create_app, serve
-from services.edge.engine.supervisor import WORKER_NICE, default_worker_count
+from services.edge.engine.supervisor import WORKER_NICE, WORKER_REALTIME, default_worker_count
 from services.edge.metrics import EdgeMetrics
 from services.edge.service import EdgeService
 
@@ -64,7 +64,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--worker-nice",
         type=int,
         default=WORKER_NICE,
-        help=f"scheduling niceness of the engine workers (default {WORKER_NICE}; needs CAP_SYS_NICE, else 0)",
+        help=f"niceness of the engine workers when they are not real-time (default {WORKER_NICE})",
+    )
+    parser.add_argument(
+        "--worker-realtime",
+        type=int,
+        default=WORKER_REALTIME,
+        metavar="PRIORITY",
+        help=f"SCHED_FIFO priority of the engine workers (default {WORKER_REALTIME}; 0: normal scheduling at "
+        "--worker-nice; refused without CAP_SYS_NICE or RLIMIT_RTPRIO, the workers fall back to the niceness)",
     )
     parser.add_argument("--version", action="version", version=f"mp-edge {__version__}")
     return parser.parse_args(argv)
@@ -152,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
             log_level=args.log_level,
             pin_cpus=args.pin_cpus,
             worker_nice=args.worker_nice,
+            worker_realtime=args.worker_realtime,
         )
         if service.engine.control_cpus is not None:
             # The workers were planned on the other CPUs; the API and its clients stay here.

@@ -21,7 +21,7 @@ from appliance.config.store import EdgeConfigStore, ensure_jwt_secret, merge_kep
 from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig, SrtInput, SrtOutput
 from appliance.models.stats import FlowState, StatsSnapshot
 from services.edge.engine.srt_io import check_supported as check_srt_supported
-from services.edge.engine.supervisor import WORKER_NICE, Engine, EngineError
+from services.edge.engine.supervisor import WORKER_NICE, WORKER_REALTIME, Engine, EngineError
 from services.edge.stats import StatsAggregator
 
 _log = logging.getLogger("mediaplane.edge")
@@ -80,6 +80,7 @@ class EdgeService:
         log_level: str,
         pin_cpus: bool = False,
         worker_nice: int = WORKER_NICE,
+        worker_realtime: int = WORKER_REALTIME,
     ) -> None:
         self.store = store
         self.config = config
@@ -94,6 +95,7 @@ class EdgeService:
             log_level=log_level,
             pin_cpus=pin_cpus,
             worker_nice=worker_nice,
+            worker_realtime=worker_realtime,
         )
         self._lock = trio.Lock()
         self._nursery: trio.Nursery | None = None

@@ -39,6 +39,9 @@ def default_worker_count() -> int:
 
 
 WORKER_NICE: Final = -10  # the data plane before the API, the console and other tenants of the box
+# SCHED_FIFO priority of the workers: low among real-time tasks (kernel threads and audio
+# servers use 50+), above every normal one. 0 turns real-time scheduling off.
+WORKER_REALTIME: Final = 10
 
 
 def cpu_plan(workers: int, cpus: list[int] | None = None) -> tuple[list[int] | None, list[int | None]]:
@@ -89,11 +92,13 @@ class Engine:
         log_level: str = "info",
         pin_cpus: bool = False,
         worker_nice: int = WORKER_NICE,
+        worker_realtime: int = WORKER_REALTIME,
     ) -> None:
         self._count = workers
         plan: tuple[list[int] | None, list[int | None]] = cpu_plan(workers) if pin_cpus else (None, [None] * workers)
         self._control_cpus, self._worker_cpus = plan
         self._worker_nice = worker_nice
+        self._worker_realtime = worker_realtime
         self._on_stats = on_stats
         self._on_flow_failed = on_flow_failed
         self._on_workers_lost = on_workers_lost
@@ -136,6 +141,8 @@ class Engine:
                         self._log_level,
                         "--nice",
                         str(self._worker_nice),
+                        "--realtime",
+                        str(self._worker_realtime),
                         *(["--cpu", str(cpu)] if (cpu := self._worker_cpus[index]) is not None else []),
                     ],
                     pass_fds=(child.fileno(),),

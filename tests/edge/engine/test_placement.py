@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.edge.engine.supervisor import WORKER_NICE, cpu_plan, default_worker_count
+from services.edge.engine.supervisor import WORKER_NICE, WORKER_REALTIME, cpu_plan, default_worker_count
 from tests.helpers.edge import running_edge, wait_for
 
 
@@ -26,9 +26,18 @@ def _children(pid: int) -> list[int]:
     return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def _nice(pid: int) -> int:
+def _stat(pid: int) -> list[str]:
     stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[16])  # field 19: nice
+    return stat[stat.rindex(")") + 2 :].split()  # from field 3 on (proc(5))
+
+
+def _nice(pid: int) -> int:
+    return int(_stat(pid)[16])  # field 19: nice
+
+
+def _realtime(pid: int) -> tuple[int, int]:
+    fields = _stat(pid)
+    return int(fields[38]), int(fields[37])  # fields 41 (policy) and 40 (rt_priority)
 
 
 def _workers(control: int) -> list[int]:
@@ -51,13 +60,24 @@ def test_pinned_workers_run_on_their_own_cpu(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_workers_run_before_the_control_process_and_float_by_default(tmp_path: Path) -> None:
+def test_workers_are_real_time_and_float_by_default(tmp_path: Path) -> None:
     with running_edge(tmp_path) as edge:
         control = edge.process.pid
         workers = _workers(control)
         allowed = os.sched_getaffinity(0)
         assert os.sched_getaffinity(control) == allowed
         assert all(os.sched_getaffinity(worker) == allowed for worker in workers)
+        assert _realtime(control) == (os.SCHED_OTHER, 0)
+        expected = (os.SCHED_FIFO, WORKER_REALTIME) if os.geteuid() == 0 else (os.SCHED_OTHER, 0)
+        assert wait_for(lambda: all(_realtime(worker) == expected for worker in workers), timeout=10)
+
+
+@pytest.mark.e2e
+def test_without_real_time_the_workers_run_before_the_control_process(tmp_path: Path) -> None:
+    with running_edge(tmp_path, extra_args=["--worker-realtime", "0"]) as edge:
+        control = edge.process.pid
+        workers = _workers(control)
         assert _nice(control) == _nice(os.getpid())
         expected = WORKER_NICE if os.geteuid() == 0 else _nice(os.getpid())
         assert wait_for(lambda: all(_nice(worker) == expected for worker in workers), timeout=10)
+        assert all(_realtime(worker) == (os.SCHED_OTHER, 0) for worker in workers)
