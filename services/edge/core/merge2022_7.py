@@ -165,7 +165,9 @@ class HitlessMerger:
         if result is PutResult.LATE:
             counters.late += 1
             return
-        if self._acct is None:
+        if self._acct is None or ext < self._acct:
+            # The start-up hold can admit a packet before the first one seen (the other leg's
+            # copy of it was lost): account from there, so that loss is counted on its leg.
             self._acct = ext
         self._service(now)
 
