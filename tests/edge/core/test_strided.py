@@ -402,6 +402,29 @@ def test_a_repeated_pmt_after_the_pat_moved_it_away_and_back(monkeypatch: pytest
     _compare_memo_off(pkts, monkeypatch)
 
 
+def test_pcr_samples_are_drained_per_datagram() -> None:
+    """Raw UDP: the PDV follows the PCRs, and a PCR discontinuity restarts its reference; the
+    samples before it must reach the meter before the restart, as per datagram."""
+    mux = Mux()
+    rng = random.Random(4)
+    grams = []
+    pcr = 0
+    for i in range(300):
+        pcr += 27_000 + rng.randint(-300, 300)
+        if i % 50 == 25:
+            pcr += 27_000_000 * 3  # a jump: PCR_discontinuity_indicator_error and a new reference
+        pkts = [mux.pat(), mux.pmt()] if i % 20 == 0 else []
+        pkts.append(mux.video(pcr=pcr))
+        while len(pkts) < 7:
+            pkts.append(mux.video())
+        grams.append(b"".join(pkts))
+    times = [10.0 + 0.001 * i + rng.uniform(0, 2e-4) for i in range(len(grams))]
+    fast = check((grams, times, None), seed=4)
+    snap = fast.snapshot(times[-1])
+    assert snap["tr101290"]["pcr_discontinuity_errors"] == 6  # type: ignore[index]
+    assert isinstance(snap["pdv_jitter_us"], float) and snap["pdv_jitter_us"] > 1.0
+
+
 def test_on_batch_with_datagrams_of_many_lengths() -> None:
     rng = random.Random(3)
     datagrams, times = synthetic_stream(0.5, 10e6)

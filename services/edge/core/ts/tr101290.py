@@ -94,6 +94,7 @@ _RUN_CHUNK: Final = 64
 _SHORT_RUN: Final = 4  # runs shorter than this on average (datagrams): a mixed stream,
 _PLAN_SPELL: Final = 16  # so take this many datagrams by plan before searching for a run again
 _RUN_PATTERNS: dict[int, list[bytes]] = {}  # (b1 << 16 | b2 << 8 | n) -> 16 patterns, by phase
+_BYTES: Final = [bytes((b,)) for b in range(256)]
 _HEADER_WORD: Final = np.dtype("V4")  # a header as raw bytes (no byte order, no alignment needed)
 _STRUCT_GATHER_MAX: Final = 2  # up to this many datagrams, gather headers with struct instead
 _HEADER_STRUCTS: dict[int, struct.Struct] = {}  # n -> the n headers of one datagram
@@ -504,25 +505,28 @@ class Tr101290Analyzer:
                         c = (b3 if prev < 0 else prev + 1) & 0x0F
                         pats = _RUN_PATTERNS.get((b1 << 16) | (b2 << 8) | n)
                         pat = (pats or _run_patterns(b1, b2, n))[c]
+                        # The rest of the batch, in chunks of _RUN_CHUNK datagrams, against the
+                        # pattern: a C-level compare each. Where a chunk breaks, the run lasts at
+                        # most while every header has the PID's two bytes (two strided slices
+                        # and lstrip bound it); the pattern confirms that, or a bisection finds
+                        # where the sync byte, flags or counters break it first.
                         j = k
                         q = p  # heads position of datagram j
-                        while j < stop and heads.startswith(pat[:w], q):
-                            # Datagram j continues the run. Up to e? Else gallop (2, 4, 8, ...
-                            # datagrams) and bisect for the run's end: C-level prefix compares,
-                            # few for the short runs of a mixed stream and for a long one alike.
+                        while j < stop:
                             e = min(stop, j + _RUN_CHUNK)
                             if heads.startswith(pat[: w * (e - j)], q):
                                 q += w * (e - j)
                                 j = e
                                 continue
-                            lo = 1
-                            hi = e - j
-                            step = 2
-                            while step < hi and heads.startswith(pat[: w * step], q):
-                                lo = step
-                                step <<= 1
-                            if step < hi:
-                                hi = step
+                            end = w * (e - first)
+                            x1 = heads[q + 1 : end : 4]
+                            x2 = heads[q + 2 : end : 4]
+                            same = min(len(x1) - len(x1.lstrip(_BYTES[b1])), len(x2) - len(x2.lstrip(_BYTES[b2])))
+                            hi = same // n
+                            if hi and heads.startswith(pat[: w * hi], q):
+                                j += hi
+                                break
+                            lo = 0
                             while hi - lo > 1:
                                 mid = (lo + hi) >> 1
                                 if heads.startswith(pat[: w * mid], q):
@@ -598,7 +602,10 @@ class Tr101290Analyzer:
                 if rep is None or not rep.stable or rep.epoch != self._tables_epoch or rep.asm.busy:
                     return False
                 start = off + pos * TS_PACKET_SIZE + 4
-                if rep.payload != buf[start : start + TS_PACKET_SIZE - 4]:
+                if isinstance(buf, memoryview):
+                    if rep.payload != buf[start : start + TS_PACKET_SIZE - 4]:
+                        return False
+                elif not buf.startswith(rep.payload, start):  # 184 bytes compared in place
                     return False
                 repeats.append(rep)
         counts = self._counts_py
@@ -984,21 +991,14 @@ class Tr101290Analyzer:
         rep.stable = self._tables_epoch == epoch
         rep.epoch = self._tables_epoch
 
-    def _memo(self, pid: int, section: bytes) -> list[object]:
-        """``[section, CRC ok or None, parsed table or _UNPARSED]`` of the PID's last section.
-
-        CRC and parse are pure functions of the bytes, so a repeated section reuses them.
-        """
-        memo = self._section_memo.get(pid)
-        if memo is None or (memo[0] is not section and memo[0] != section) or not MEMO_PSI:
-            memo = self._section_memo[pid] = [section, None, _UNPARSED]
-        return memo
-
     def _on_section(self, pid: int, section: bytes, arrival: float) -> None:
         table_id = section[0]
         if table_id == 0xFF:
             return
-        memo = self._memo(pid, section)
+        memo = self._section_memo.get(pid)  # [section, CRC ok or None, parsed or _UNPARSED]
+        if memo is None or (memo[0] is not section and memo[0] != section) or not MEMO_PSI:
+            # CRC and parse are pure functions of the bytes: a repeated section reuses them.
+            memo = self._section_memo[pid] = [section, None, _UNPARSED]
         # §5.2.2 2.2 CRC_error: long-form sections of the PAT, CAT, PMT, NIT and SDT/BAT.
         if len(section) >= 3 and section[1] & 0x80 and (pid in _CRC_CHECKED_PIDS or pid in self._pmt_watch):
             crc_ok = memo[1]
