@@ -170,13 +170,15 @@ class FlowAnalysis:
         timestamps (or None for raw UDP). Same counters as ``on_batch`` over those payloads;
         never raises; keeps no view.
 
-        The engine's receive layout (recvmmsg into fixed slots of one buffer). The counters,
-        IAT and jitter are those of ``on_datagram`` on each datagram in turn: the batch fast
-        paths (``Tr101290Analyzer.feed_strided``, ``IatMeter.on_arrivals``,
-        ``JitterMeter.on_samples``) count the same, and the interval checks and bitrate samples
-        run after the same datagrams. A ``ts_bytes`` that is not a multiple of 188 counts one
-        truncated packet per datagram, as ``on_datagram`` does. A layout that does not fit in
-        ``buf`` (or fewer arrivals than ``count``) is an internal error: nothing is counted.
+        The engine's receive layout (recvmmsg into fixed slots of one buffer; all datagrams
+        of a call of equal length). The counters, IAT and jitter are those of ``on_datagram``
+        on each datagram in turn: the batch fast paths (``Tr101290Analyzer.feed_strided``,
+        ``IatMeter.on_arrival_array``, ``JitterMeter.on_sample_array``) count the same, and the
+        interval checks and bitrate samples run after the same datagrams. A ``ts_bytes`` that
+        is not a multiple of 188 counts one truncated packet per datagram, as ``on_datagram``
+        does. A layout that does not fit in ``buf`` (or fewer arrivals or timestamps than
+        ``count``) is an internal error: nothing is counted. ``arrivals`` and
+        ``rtp_timestamps`` may be longer than ``count`` (the rest is ignored).
         """
         try:
             if count == 1 and offset >= 0 and ts_bytes >= 0 and offset + ts_bytes <= len(buf) and arrivals:
