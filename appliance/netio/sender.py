@@ -82,9 +82,9 @@ class BatchSender:
         self._bounds: list[int] = []
         self._gso_sizes: list[int] = []
         self._blob = b""
-        # send_strided's layouts, keyed by (buffer id, offset, stride, size, count, gso, connected).
-        self._s_layouts: dict[tuple[int, ...], tuple[bytes, list[int]]] = {}
-        self._s_iovs: dict[tuple[int, ...], Any] = {}
+        # send_strided's layouts, keyed by (buffer id, offset, stride, size, gso, connected).
+        self._s_layouts: dict[tuple[int | bool, ...], tuple[bytes, list[int], int]] = {}
+        self._s_iovs: dict[tuple[int | bool, ...], Any] = {}
         self._s_buffers: dict[int, bytearray] = {}
         self._s_size = -1  # the GSO size the shared strided cmsg holds
 
@@ -156,8 +156,7 @@ class BatchSender:
             return self._send_each([view[offset + k * stride : offset + k * stride + size] for k in range(count)], 0)
         sent = 0
         while sent < count:
-            layout = self._strided_layout(buffer, offset + sent * stride, stride, size, count - sent)
-            template, bounds = layout
+            template, bounds = self._strided_layout(buffer, offset + sent * stride, stride, size, count - sent)
             ctypes.memmove(self._s_hdrs_addr, template, len(template))
             sendmmsg = _libc.sendmmsg
             assert sendmmsg is not None
@@ -184,18 +183,43 @@ class BatchSender:
     def _strided_layout(
         self, buffer: bytearray, offset: int, stride: int, size: int, count: int
     ) -> tuple[bytes, list[int]]:
-        """The mmsghdr array (as bytes to copy in) and the datagram bound of each message."""
-        key = (id(buffer), offset, stride, size, count, self._gso, self._dest is None)
-        layout = self._s_layouts.get(key)
-        if layout is not None and self._s_buffers.get(id(buffer)) is buffer:
-            return layout
+        """The mmsghdr array (as bytes to copy in) and the datagram bound of each message.
+
+        One full layout per (buffer, offset, stride, size, GSO, connected) covers every count:
+        a call sends its first messages, the last one cut short. So a new batch size never
+        costs a layout build (a few hundred microseconds of ctypes work) on the packet path.
+        """
+        key = (id(buffer), offset, stride, size, self._gso, self._dest is None)
+        full = self._s_layouts.get(key)
+        if full is None or self._s_buffers.get(id(buffer)) is not buffer:
+            full = self._build_strided_layout(key, buffer, offset, stride, size)
+        template, bounds, per_message = full
+        messages = min(-(-count // per_message), len(bounds))
+        if messages == len(bounds) and bounds[-1] <= count:
+            return template, bounds
+        cut = template[: messages * _libc.MMSGHDR_SIZE]
+        last = min(count, bounds[messages - 1]) - (messages - 1) * per_message
+        if last == bounds[messages - 1] - (messages - 1) * per_message:
+            return cut, bounds[:messages]
+        # The last message carries fewer segments: its iovlen, and no GSO cmsg for a single one.
+        patched = bytearray(cut)
+        base = (messages - 1) * _libc.MMSGHDR_SIZE
+        _U64.pack_into(patched, base + _libc.OFF_IOVLEN, last)
+        if last == 1:
+            _U64.pack_into(patched, base + _libc.OFF_CONTROLLEN, 0)
+        return bytes(patched), [*bounds[: messages - 1], (messages - 1) * per_message + last]
+
+    def _build_strided_layout(
+        self, key: tuple[int | bool, ...], buffer: bytearray, offset: int, stride: int, size: int
+    ) -> tuple[bytes, list[int], int]:
         if not hasattr(self, "_s_hdrs"):
             self._init_strided()
+        # The largest batch a layout serves: every slot the buffer holds from ``offset``.
+        count = min((len(buffer) - offset - size) // stride + 1, _libc.MAX_VLEN * _libc.GSO_MAX_SEGMENTS)
         base = _libc.buffer_address(buffer) + offset
         per_message = min(_libc.GSO_MAX_SEGMENTS, max(1, _libc.GSO_MAX_BYTES // max(size, 1))) if self._gso else 1
         messages = min(-(-count // per_message), _libc.MAX_VLEN)
         count = min(count, messages * per_message)
-        # One iovec block per layout: the message iovecs of this layout point into it.
         iovs = (_libc.Iovec * count)()
         for k in range(count):
             iovs[k].iov_base = base + k * stride
@@ -212,13 +236,12 @@ class BatchSender:
             hdr.msg_namelen = namelen
             hdr.msg_iov = iov_addr + first * ctypes.sizeof(_libc.Iovec)
             hdr.msg_iovlen = end - first
-            if end - first > 1:
-                hdr.msg_control = self._s_ctrl_addr
-                hdr.msg_controllen = self._ctrl_space
+            hdr.msg_control = self._s_ctrl_addr
+            hdr.msg_controllen = self._ctrl_space if end - first > 1 else 0
             bounds.append(end)
         # The GSO size lives in one shared cmsg, so every cached layout is for one size; a
         # change of size (or a full cache) starts the cache afresh.
-        if self._s_size != size or len(self._s_layouts) >= 64:
+        if self._s_size != size or len(self._s_layouts) >= 16:
             self._s_size = size
             _U16.pack_into(self._s_ctrl, _libc.CMSG_HDR.size, size)
             self._s_layouts.clear()
@@ -226,7 +249,7 @@ class BatchSender:
             self._s_buffers.clear()
         self._s_buffers[id(buffer)] = buffer  # kept alive: the cached addresses point into it
         self._s_iovs[key] = iovs
-        layout = (bytes(memoryview(hdrs).cast("B")), bounds)
+        layout = (bytes(memoryview(hdrs).cast("B")), bounds, per_message)
         self._s_layouts[key] = layout
         return layout
 

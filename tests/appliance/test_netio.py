@@ -472,3 +472,17 @@ def test_send_strided_stops_at_eagain_without_raising() -> None:
             assert _plain_receive(b, first) == sent[:first]
             assert tx.send_strided(buffer, first * 128, 128, 100, 3, None) == 3
             assert _plain_receive(b, 3) == sent[first : first + 3]
+
+
+@pytest.mark.parametrize("gso", [True, False])
+def test_send_strided_every_count_from_one_layout(sockets: tuple[socket.socket, socket.socket], gso: bool) -> None:
+    """Counts 1..64 (and a short last GSO message of one segment) all come from one cached layout."""
+    rx_sock, tx_sock = sockets
+    tx = BatchSender(tx_sock, gso=gso)
+    sent = [_datagram(i, RTP_SIZE) for i in range(64)]
+    buffer = _slots(sent, 2048)
+    for count in (1, 2, 47, 48, 49, 50, 63, 64, 3, 97):  # 97: more than the buffer's 64 slots hold
+        taken = tx.send_strided(buffer, 0, 2048, RTP_SIZE, min(count, 64), _addr(rx_sock))
+        assert taken == min(count, 64)
+        assert _plain_receive(rx_sock, taken) == sent[:taken], count
+    assert len(tx._s_layouts) == 1
