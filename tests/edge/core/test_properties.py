@@ -22,7 +22,7 @@ from services.edge.core.ts.psi import (
 )
 from services.edge.core.ts.tr101290 import Tr101290Analyzer
 
-from .tsbuild import Mux, es_packet, lang_descriptor, pat_section, pmt_section, psi_packet, ts_packet
+from .tsbuild import Mux, draw_packets, lang_descriptor, pat_section, pmt_section, psi_packet, ts_packet
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -103,39 +103,9 @@ def test_media_analyser_takes_any_payload(items: list[tuple[int, bool, bytes]]) 
     ma.snapshot(0.0, tr.pid_packet_counts(), 0.0)
 
 
-def _random_packets(draw: st.DrawFn) -> list[bytes]:
-    mux = Mux()
-    pkts: list[bytes] = []
-    pcr = 0
-    for _ in range(draw(st.integers(1, 40))):
-        pkts += [mux.pat(), mux.pmt()]
-        for _ in range(draw(st.integers(0, 6))):
-            kind = draw(st.sampled_from(["video", "audio", "pcr", "pes", "null", "garbage", "tei", "dup", "skip"]))
-            if kind == "video":
-                pkts.append(mux.video())
-            elif kind == "audio":
-                pkts.append(mux.audio())
-            elif kind == "pcr":
-                pcr += draw(st.sampled_from([1_080_000, 1_080_000, 4_000_000, -500]))
-                pkts.append(mux.video(pcr=max(pcr, 0)))
-            elif kind == "pes":
-                pkts.append(mux.video(pts=draw(st.integers(0, (1 << 33) - 1))))
-            elif kind == "null":
-                pkts.append(ts_packet(0x1FFF))
-            elif kind == "garbage":
-                pkts.append(draw(st.binary(min_size=188, max_size=188)))
-            elif kind == "tei":
-                pkts.append(es_packet(mux.video_pid, mux.next_cc(mux.video_pid), tei=True))
-            elif kind == "dup" and pkts:
-                pkts.append(pkts[-1])
-            else:
-                mux.next_cc(mux.video_pid)  # a lost video packet
-    return pkts
-
-
 @st.composite
 def damaged_streams(draw: st.DrawFn) -> tuple[list[bytes], list[int]]:
-    pkts = _random_packets(draw)
+    pkts = draw_packets(draw)
     sizes = draw(st.lists(st.integers(1, 9), min_size=1, max_size=20))
     return pkts, sizes
 

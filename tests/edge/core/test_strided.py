@@ -18,7 +18,7 @@ from services.edge.core.ts import tr101290 as tr_mod
 from tools import tsdamage
 
 from .test_reference_streams import STREAMS, reference_streams  # noqa: F401 (a fixture)
-from .tsbuild import Mux, es_packet, pat_section, pes_packet, pmt_section, psi_packet, ts_packet
+from .tsbuild import Mux, draw_packets, es_packet, pat_section, pes_packet, pmt_section, psi_packet, ts_packet
 
 STRIDE = 2048
 OFFSET = 12  # the RTP header in the engine's slots
@@ -481,42 +481,9 @@ def test_reference_streams(name: str, damaged: bool, request: pytest.FixtureRequ
 # ---------------------------------------------------------------------------------------------- property
 @st.composite
 def random_streams(draw: st.DrawFn) -> tuple[Stream, int]:
+    kinds = ["video"] * 8 + ["audio", "pcr", "pes", "null", "garbage", "tei", "dup", "skip", "sync", "scrambled"]
     mux = Mux()
-    pkts: list[bytes] = []
-    pcr = 0
-    for _ in range(draw(st.integers(1, 30))):
-        if draw(st.booleans()):
-            pkts += [mux.pat(), mux.pmt(lang=draw(st.sampled_from(["eng", "eng", "fra"])))]
-        for _ in range(draw(st.integers(0, 30))):
-            kind = draw(
-                st.sampled_from(
-                    ["video"] * 8
-                    + ["audio", "pcr", "pes", "null", "garbage", "tei", "dup", "skip", "sync", "scrambled"]
-                )
-            )
-            if kind == "video":
-                pkts.append(mux.video())
-            elif kind == "audio":
-                pkts.append(mux.audio())
-            elif kind == "pcr":
-                pcr += draw(st.sampled_from([1_080_000, 1_080_000, 4_000_000, -500]))
-                pkts.append(mux.video(pcr=max(pcr, 0)))
-            elif kind == "pes":
-                pkts.append(mux.video(pts=draw(st.integers(0, (1 << 33) - 1))))
-            elif kind == "null":
-                pkts.append(NULL)
-            elif kind == "garbage":
-                pkts.append(draw(st.binary(min_size=TS, max_size=TS)))
-            elif kind == "tei":
-                pkts.append(es_packet(mux.video_pid, mux.next_cc(mux.video_pid), tei=True))
-            elif kind == "dup" and pkts:
-                pkts.append(pkts[-1])
-            elif kind == "sync":
-                pkts.append(b"\x46" + mux.video()[1:])
-            elif kind == "scrambled":
-                pkts.append(es_packet(mux.audio_pid, mux.next_cc(mux.audio_pid), scrambled=2))
-            else:
-                mux.next_cc(mux.video_pid)  # a lost video packet
+    pkts = draw_packets(draw, rounds=(1, 30), per_round=(0, 30), kinds=kinds, tables_every_round=False, mux=mux)
     pkts.append(mux.video())
     per = draw(st.integers(1, 10))
     tail = draw(st.sampled_from([0, 0, 0, 5]))

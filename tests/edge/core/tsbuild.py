@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+
+from hypothesis import strategies as st
 
 from services.edge.core.ts.psi import crc32_mpeg2
 
@@ -138,3 +141,58 @@ class Mux:
 def chunk(packets: list[bytes], per: int = 7) -> list[bytes]:
     """Group packets into datagrams of ``per`` packets."""
     return [b"".join(packets[i : i + per]) for i in range(0, len(packets), per)]
+
+
+# Kinds of packet ``draw_packets`` can add after a program's tables; "skip" loses a video packet.
+BASE_KINDS = ("video", "audio", "pcr", "pes", "null", "garbage", "tei", "dup", "skip")
+
+
+def draw_packets(
+    draw: st.DrawFn,
+    *,
+    rounds: tuple[int, int] = (1, 40),
+    per_round: tuple[int, int] = (0, 6),
+    kinds: Sequence[str] = BASE_KINDS,
+    tables_every_round: bool = True,
+    mux: Mux | None = None,
+) -> list[bytes]:
+    """A hypothesis-drawn stream of one program: PAT/PMT, then packets of the drawn kinds.
+
+    Besides ``BASE_KINDS``: "sync" (a bad sync byte) and "scrambled" (scrambled audio).
+    With ``tables_every_round`` False the tables come at random, with a drawn PMT language.
+    ``mux`` (fresh by default) keeps its counters, so a caller can continue the stream.
+    """
+    mux = mux if mux is not None else Mux()
+    pkts: list[bytes] = []
+    pcr = 0
+    for _ in range(draw(st.integers(*rounds))):
+        if tables_every_round:
+            pkts += [mux.pat(), mux.pmt()]
+        elif draw(st.booleans()):
+            pkts += [mux.pat(), mux.pmt(lang=draw(st.sampled_from(["eng", "eng", "fra"])))]
+        for _ in range(draw(st.integers(*per_round))):
+            kind = draw(st.sampled_from(list(kinds)))
+            if kind == "video":
+                pkts.append(mux.video())
+            elif kind == "audio":
+                pkts.append(mux.audio())
+            elif kind == "pcr":
+                pcr += draw(st.sampled_from([1_080_000, 1_080_000, 4_000_000, -500]))
+                pkts.append(mux.video(pcr=max(pcr, 0)))
+            elif kind == "pes":
+                pkts.append(mux.video(pts=draw(st.integers(0, (1 << 33) - 1))))
+            elif kind == "null":
+                pkts.append(ts_packet(0x1FFF))
+            elif kind == "garbage":
+                pkts.append(draw(st.binary(min_size=188, max_size=188)))
+            elif kind == "tei":
+                pkts.append(es_packet(mux.video_pid, mux.next_cc(mux.video_pid), tei=True))
+            elif kind == "dup" and pkts:
+                pkts.append(pkts[-1])
+            elif kind == "sync":
+                pkts.append(b"\x46" + mux.video()[1:])
+            elif kind == "scrambled":
+                pkts.append(es_packet(mux.audio_pid, mux.next_cc(mux.audio_pid), scrambled=2))
+            else:
+                mux.next_cc(mux.video_pid)  # a lost video packet
+    return pkts
