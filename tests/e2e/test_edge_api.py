@@ -270,6 +270,45 @@ def test_loss_filtering_and_cc_errors_are_counted(api: httpx.Client) -> None:
     assert api.delete("/api/v1/flows/cnt1").status_code == 200
 
 
+def test_allowed_sources_filter_whole_bursts_and_mixed_ones(api: httpx.Client) -> None:
+    """interop.md 2.3: only listed senders pass, whether a batch is steady (handled in place) or mixed."""
+    from appliance.netio import BatchSender
+
+    port_in, port_out = free_udp_port(), free_udp_port()
+    assert (
+        api.post("/api/v1/flows", json=rtp_flow("src1", port_in, port_out, allowed_sources=["127.0.0.1"])).status_code
+        == 200
+    )
+    good = list(rtp_stream(300))
+    # The other sender replays the allowed stream's next datagrams (same SSRC, the sequence
+    # numbers due next), so only the source check can tell them apart.
+    bad = good[100:160] + good[200:230]
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as allowed,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other,
+        UdpSink(port_out, host="127.0.0.1") as sink,
+    ):
+        allowed.bind(("127.0.0.1", 0))
+        other.bind(("127.0.0.2", 0))
+        dest = ("127.0.0.1", port_in)
+        to_allowed, to_other = BatchSender(allowed), BatchSender(other)
+        # Whole bursts from each sender (each read as one steady batch), then the two interleaved.
+        plan = [(to_allowed, good[0:100]), (to_other, bad[0:60]), (to_allowed, good[100:200])]
+        for k in range(30):  # one datagram from each in turn: mixed batches go packet by packet
+            plan += [(to_allowed, good[200 + k : 201 + k]), (to_other, bad[60 + k : 61 + k])]
+        plan += [(to_allowed, good[230:300])]
+        for sender, burst in plan:
+            assert sender.send_batch(burst, dest) == len(burst)
+            time.sleep(0.002)
+        wait_for(lambda: len(sink.datagrams) >= 300, timeout=5)
+    assert sink.datagrams == [g[12:] for g in good]  # every allowed datagram (a udp output: TS only), in order
+    s = wait_for(lambda: (x := stats(api, "src1"))["input"]["packets_received"] == 390 and x)
+    assert s["input"]["packets_filtered"] == 90
+    assert s["input"]["packets_lost"] == 0
+    assert s["outputs"][0]["packets_sent"] == 300
+    assert api.delete("/api/v1/flows/src1").status_code == 200
+
+
 def test_raw_udp_input_to_rtp_output_wraps_ts(api: httpx.Client) -> None:
     port_in, port_out = free_udp_port(), free_udp_port()
     flow = {

@@ -371,10 +371,7 @@ class FlowRuntime:
         size = len(view)
         self.packets_received += 1
         self.bytes_received += size
-        if (
-            self._allowed_sources is not None
-            and ipaddress.ip_address(source[0]).compressed not in self._allowed_sources
-        ):
+        if self._allowed_sources is not None and not self._source_allowed(source[0]):
             self.packets_filtered += 1
             return None
         header = parse_rtp(view)
@@ -490,17 +487,18 @@ class FlowRuntime:
                 output.offer(datagram if header_len else None, payload, arrivals[k])
 
     def _sources_allowed(self, sources: list[tuple[str, int]]) -> bool:
-        allowed = self._allowed_sources
-        assert allowed is not None
-        for host, _ in set(sources):
-            known = self._source_verdicts.get(host)
-            if known is None:
-                if len(self._source_verdicts) >= 4096:
-                    self._source_verdicts.clear()  # a spoofed flood costs a re-check, not memory
-                known = self._source_verdicts[host] = ipaddress.ip_address(host).compressed in allowed
-            if not known:
-                return False
-        return True
+        return all(self._source_allowed(host) for host, _ in set(sources))
+
+    def _source_allowed(self, host: str) -> bool:
+        """``allowed_sources`` (interop.md 2.3) for one sender, the verdict cached per host text."""
+        verdict = self._source_verdicts.get(host)
+        if verdict is None:
+            allowed = self._allowed_sources
+            assert allowed is not None
+            if len(self._source_verdicts) >= 4096:
+                self._source_verdicts.clear()  # a spoofed flood costs a re-check, not memory
+            verdict = self._source_verdicts[host] = ipaddress.ip_address(host).compressed in allowed
+        return verdict
 
     def _release(self, now: float, *, timers: bool = False) -> None:
         """Move packets out of the merger, through the decoder, to the outputs."""
