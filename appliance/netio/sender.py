@@ -20,6 +20,9 @@ _U16: Final = struct.Struct("=H")
 _U32: Final = struct.Struct("=I")
 _GSO_ERRNOS: Final = frozenset({errno.EIO, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOPROTOOPT})
 _MAX_DEST_CACHE: Final = 256
+# A strided layout: the mmsghdr array as bytes, each message's datagram bound, datagrams per
+# message, and the buffer and iovec array its addresses point into (kept alive with it).
+_StridedLayout = tuple[bytes, list[int], int, bytearray, Any]
 
 
 class BatchSender:
@@ -83,9 +86,7 @@ class BatchSender:
         self._gso_sizes: list[int] = []
         self._blob = b""
         # send_strided's layouts, keyed by (buffer id, offset, stride, size, gso, connected).
-        self._s_layouts: dict[tuple[int | bool, ...], tuple[bytes, list[int], int]] = {}
-        self._s_iovs: dict[tuple[int | bool, ...], Any] = {}
-        self._s_buffers: dict[int, bytearray] = {}
+        self._s_layouts: dict[tuple[int | bool, ...], _StridedLayout] = {}
         self._s_size = -1  # the GSO size the shared strided cmsg holds
 
     @property
@@ -144,8 +145,9 @@ class BatchSender:
 
         The zero-copy path for a receive buffer of fixed slots: the kernel reads the datagrams
         where they lie (no join, no per-datagram Python work), as GSO super-datagrams of up to
-        64 segments. The message layout for a given (buffer, offset, stride, size, count) is
-        built once and kept, so steady traffic costs one ``memmove`` and one ``sendmmsg``.
+        64 segments. The message layout for a given (buffer, offset, stride, size) is built once
+        and kept (it serves every count), so steady traffic costs one ``memmove`` and one
+        ``sendmmsg``. ``buffer`` must not be resized while the sender lives.
         Returns how many were handed to the kernel (in order), like ``send_batch``.
         """
         if count <= 0:
@@ -156,11 +158,10 @@ class BatchSender:
             return self._send_each([view[offset + k * stride : offset + k * stride + size] for k in range(count)], 0)
         sent = 0
         while sent < count:
-            template, bounds = self._strided_layout(buffer, offset + sent * stride, stride, size, count - sent)
-            ctypes.memmove(self._s_hdrs_addr, template, len(template))
+            messages, bounds = self._load_strided(buffer, offset + sent * stride, stride, size, count - sent)
             sendmmsg = _libc.sendmmsg
             assert sendmmsg is not None
-            result = sendmmsg(self._fd, self._s_hdrs_addr, len(bounds), _libc.MSG_DONTWAIT)
+            result = sendmmsg(self._fd, self._s_hdrs_addr, messages, _libc.MSG_DONTWAIT)
             if result < 0:
                 err = ctypes.get_errno()
                 if err in _libc.WOULD_BLOCK_ERRNOS:
@@ -168,8 +169,7 @@ class BatchSender:
                 if err == errno.EINTR:
                     continue
                 if self._gso and err in _GSO_ERRNOS:
-                    self._gso = False  # retry unsegmented; the layouts built with GSO are stale
-                    self._s_layouts.clear()
+                    self._gso = False  # retry unsegmented (the layouts are keyed by GSO on/off)
                     continue
                 if err in _libc.UNSUPPORTED_ERRNOS:
                     self._fallback = True
@@ -180,38 +180,36 @@ class BatchSender:
             sent += bounds[result - 1] if result else 0
         return sent
 
-    def _strided_layout(
+    def _load_strided(
         self, buffer: bytearray, offset: int, stride: int, size: int, count: int
-    ) -> tuple[bytes, list[int]]:
-        """The mmsghdr array (as bytes to copy in) and the datagram bound of each message.
+    ) -> tuple[int, list[int]]:
+        """Copy the headers for up to ``count`` datagrams into the send array: (messages, bounds).
 
-        One full layout per (buffer, offset, stride, size, GSO, connected) covers every count:
-        a call sends its first messages, the last one cut short. So a new batch size never
-        costs a layout build (a few hundred microseconds of ctypes work) on the packet path.
+        One full layout per (buffer, offset, stride, size, GSO, connected) serves every count:
+        its first messages are copied in and the last one cut short in place, so a new batch size
+        never builds a layout (a few hundred microseconds of ctypes work) on the packet path.
         """
         key = (id(buffer), offset, stride, size, self._gso, self._dest is None)
-        full = self._s_layouts.get(key)
-        if full is None or self._s_buffers.get(id(buffer)) is not buffer:
-            full = self._build_strided_layout(key, buffer, offset, stride, size)
-        template, bounds, per_message = full
+        layout = self._s_layouts.get(key)
+        if layout is None or layout[3] is not buffer:
+            layout = self._build_strided_layout(key, buffer, offset, stride, size)
+        template, bounds, per_message, _, _ = layout
         messages = min(-(-count // per_message), len(bounds))
-        if messages == len(bounds) and bounds[-1] <= count:
-            return template, bounds
-        cut = template[: messages * _libc.MMSGHDR_SIZE]
-        last = min(count, bounds[messages - 1]) - (messages - 1) * per_message
-        if last == bounds[messages - 1] - (messages - 1) * per_message:
-            return cut, bounds[:messages]
+        ctypes.memmove(self._s_hdrs_addr, template, messages * _libc.MMSGHDR_SIZE)
+        full = bounds[messages - 1]
+        if full <= count:
+            return messages, bounds
         # The last message carries fewer segments: its iovlen, and no GSO cmsg for a single one.
-        patched = bytearray(cut)
-        base = (messages - 1) * _libc.MMSGHDR_SIZE
-        _U64.pack_into(patched, base + _libc.OFF_IOVLEN, last)
+        last = count - (messages - 1) * per_message
+        at = (messages - 1) * _libc.MMSGHDR_SIZE
+        _U64.pack_into(self._s_hdrs_mv, at + _libc.OFF_IOVLEN, last)
         if last == 1:
-            _U64.pack_into(patched, base + _libc.OFF_CONTROLLEN, 0)
-        return bytes(patched), [*bounds[: messages - 1], (messages - 1) * per_message + last]
+            _U64.pack_into(self._s_hdrs_mv, at + _libc.OFF_CONTROLLEN, 0)
+        return messages, [*bounds[: messages - 1], count]
 
     def _build_strided_layout(
         self, key: tuple[int | bool, ...], buffer: bytearray, offset: int, stride: int, size: int
-    ) -> tuple[bytes, list[int], int]:
+    ) -> _StridedLayout:
         if not hasattr(self, "_s_hdrs"):
             self._init_strided()
         # The largest batch a layout serves: every slot the buffer holds from ``offset``.
@@ -245,17 +243,15 @@ class BatchSender:
             self._s_size = size
             _U16.pack_into(self._s_ctrl, _libc.CMSG_HDR.size, size)
             self._s_layouts.clear()
-            self._s_iovs.clear()
-            self._s_buffers.clear()
-        self._s_buffers[id(buffer)] = buffer  # kept alive: the cached addresses point into it
-        self._s_iovs[key] = iovs
-        layout = (bytes(memoryview(hdrs).cast("B")), bounds, per_message)
+        # The layout keeps the buffer and the iovec array alive: its addresses point into both.
+        layout = (bytes(memoryview(hdrs).cast("B")), bounds, per_message, buffer, iovs)
         self._s_layouts[key] = layout
         return layout
 
     def _init_strided(self) -> None:
         self._s_hdrs = (_libc.Mmsghdr * _libc.MAX_VLEN)()
         self._s_hdrs_addr = ctypes.addressof(self._s_hdrs)
+        self._s_hdrs_mv = memoryview(self._s_hdrs).cast("B")
         self._s_ctrl = bytearray(self._ctrl_space)
         _libc.CMSG_U16.pack_into(self._s_ctrl, 0, _libc.cmsg_len(2), _libc.SOL_UDP, _libc.UDP_SEGMENT, 0)
         self._s_ctrl_addr = _libc.buffer_address(self._s_ctrl)

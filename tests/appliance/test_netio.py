@@ -321,8 +321,9 @@ def test_other_errors_raise(sockets: tuple[socket.socket, socket.socket], monkey
     assert raised.value.errno == errno.EBADF
 
 
+@pytest.mark.parametrize("strided", [False, True], ids=["send_batch", "send_strided"])
 def test_gso_error_falls_back_to_plain_sendmmsg(
-    sockets: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch
+    sockets: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch, strided: bool
 ) -> None:
     rx_sock, tx_sock = sockets
     real = _libc.sendmmsg
@@ -340,7 +341,10 @@ def test_gso_error_falls_back_to_plain_sendmmsg(
     monkeypatch.setattr(_libc, "sendmmsg", no_gso)
     tx = BatchSender(tx_sock)
     sent = [_datagram(i, RTP_SIZE) for i in range(20)]
-    assert tx.send_batch(sent, _addr(rx_sock)) == 20
+    if strided:
+        assert tx.send_strided(_slots(sent, 2048), 0, 2048, RTP_SIZE, 20, _addr(rx_sock)) == 20
+    else:
+        assert tx.send_batch(sent, _addr(rx_sock)) == 20
     assert not tx.gso_enabled and tx.batched
     assert calls[0] > 0 and calls[-1] == 0
     assert _plain_receive(rx_sock, 20) == sent
