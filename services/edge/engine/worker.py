@@ -122,8 +122,9 @@ def _place(nice: int, cpu: int | None, realtime: int = 0) -> None:
 
     ``realtime`` > 0 asks for SCHED_FIFO at that priority (sched(7)): a worker woken by a
     datagram then runs at once instead of waiting for the sink, the API or another process to
-    use up its slice (bench scenario 4: p99 added latency at 120k pkt/s fell from 2.5-8.6 ms
-    at niceness -10 to 0.7-0.9 ms). The kernel's RT throttling (sched_rt_runtime_us, 95 %)
+    use up its slice (bench scenario 4 at 120k pkt/s with other work on the host: p99 added
+    latency 0.7-0.9 ms, against 2.5-8.6 ms at niceness -10; on a quiet host the two are within
+    noise of each other). The kernel's RT throttling (sched_rt_runtime_us, 95 %)
     leaves the rest of the box a share even of a saturated worker's CPU. Refused (no
     CAP_SYS_NICE or RLIMIT_RTPRIO, RestrictRealtime), the worker falls back to ``nice``.
     """
