@@ -45,7 +45,7 @@ RECV_BATCH: Final = 64
 SIGNAL_TIMEOUT_S: Final = 1.0  # no datagram for this long: the input state is "waiting"
 TIMER_TICK_S: Final = 0.002  # protected flows drain and judge this often (architecture.md: 1-2 ms)
 MAX_BATCHES_PER_TICK: Final = 32  # per socket: bounds one tick's work (~2000 datagrams)
-_RTP_FIELDS: dict[tuple[int, int], struct.Struct] = {}  # (slots, slot size) -> every slot's RTP header
+_RTP_FIELDS: dict[tuple[int, int], struct.Struct] = {}  # (count, slot size) -> the batch's RTP headers
 _FEC: Final = 2  # kinds in the protected pump: 0 and 1 are the 2022-7 legs
 _ROLE_KIND: Final = {"leg0": 0, "leg1": 1, "fec_col": _FEC, "fec_row": _FEC}
 FEC_COLUMN_PORT_OFFSET: Final = 2  # SMPTE 2022-1 §7: column FEC on media port + 2
@@ -414,15 +414,12 @@ class FlowRuntime:
             return False
         slot = receiver.slot_size
         buffer = receiver.buffer
-        # One Struct for every slot (a per-count one would be compiled on the packet path the
-        # first time each batch size appears); the surplus headers are unpacked and ignored.
-        slots = len(buffer) // slot
-        layout = _RTP_FIELDS.get((slots, slot))
+        # One Struct per batch size (compiling all 64 takes ~0.2 ms in all): exactly the
+        # batch's headers are read (a 64-slot Struct costs 1.6 us per call against 0.5 for 16).
+        layout = _RTP_FIELDS.get((count, slot))
         if layout is None:
-            layout = _RTP_FIELDS[(slots, slot)] = struct.Struct("!" + f"BBHII{slot - 12}x" * (slots - 1) + "BBHII")
+            layout = _RTP_FIELDS[(count, slot)] = struct.Struct("!" + f"BBHII{slot - 12}x" * (count - 1) + "BBHII")
         fields = layout.unpack_from(buffer)
-        if count < slots:
-            fields = fields[: 5 * count]
         if fields[0::5].count(0x80) != count:
             return False
         ssrcs = fields[4::5]
