@@ -214,33 +214,29 @@ def seq_of(datagram: bytes) -> int:
 
 
 # -- sources ----------------------------------------------------------------------------------
-def make_ts_file(path: Path, seconds: float = 2.0) -> Path:
-    """A short MPEG-2 video transport stream made by ffmpeg (the bytes every peer sends)."""
+def make_ts_file(path: Path, seconds: float = 2.5, video_kbps: int = 1500, muxrate_kbps: int = 3000) -> Path:
+    """A short MPEG-2 video transport stream made by ffmpeg (the bytes every peer sends).
+
+    Constant ``muxrate_kbps`` (null-padded), so a sender paces it evenly: the defaults give
+    about 700 RTP datagrams of 7 TS packets.
+    """
     subprocess.run(
-        [
-            "ffmpeg",
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-y",
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=320x240:rate=25",
-            "-t",
-            str(seconds),
-            "-c:v",
-            "mpeg2video",
-            "-b:v",
-            "2000k",
-            "-f",
-            "mpegts",
-            str(path),
-        ],
-        check=True,
-        timeout=60,
-    )
+        ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+         "testsrc=size=320x240:rate=25", "-t", str(seconds), "-c:v", "mpeg2video", "-b:v", f"{video_kbps}k",
+         "-f", "mpegts", "-muxrate", f"{muxrate_kbps}k", str(path)],
+        check=True, timeout=60,
+    )  # fmt: skip
     return path
+
+
+def finish(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+    """Wait for an external sender to end (killed after ``timeout_s``); it must exit 0."""
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    assert proc.returncode == 0, (err or b"").decode(errors="replace")[-2000:]
 
 
 def rtp_packets_from_ts(ts: bytes, *, first_seq: int, ssrc: int, pt: int = 33) -> list[bytes]:

@@ -19,7 +19,9 @@ from services.edge.core.fec import FecDecoder, FecEncoder
 from tests.interop.harness import (
     bound_udp_socket,
     fec_groups,
+    finish,
     free_port_block,
+    make_ts_file,
     port_of,
     proxy_block,
     receive_fec,
@@ -41,34 +43,7 @@ GST = "gst-launch-1.0"
 @pytest.fixture(scope="module")
 def ts_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_tool("ffmpeg", "-version")
-    # ~3 Mbit/s CBR (null-padded) for 2.5 s: about 700 RTP datagrams of 7 TS packets.
-    path = tmp_path_factory.mktemp("fec") / "src.ts"
-    subprocess.run(
-        [
-            "ffmpeg",
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-y",
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=320x240:rate=25",
-            "-t",
-            "2.5",
-            "-c:v",
-            "mpeg2video",
-            "-b:v",
-            "1500k",
-            "-f",
-            "mpegts",
-            "-muxrate",
-            "3000k",
-            str(path),
-        ],
-        check=True,
-        timeout=60,
-    )
+    path = make_ts_file(tmp_path_factory.mktemp("fec") / "src.ts")
     assert path.stat().st_size > 600 * 1316
     return path
 
@@ -140,12 +115,7 @@ async def run_external_sender(
         try:
             result = await receive_fec(decoder, media, column, row, idle_s=1.5, max_s=40.0)
         finally:
-            try:
-                _, err = proc.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-        assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
+            finish(proc)
     finally:
         for p in proxies:
             p.stop()

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from services.edge.core.merge2022_7 import HitlessMerger, LegLost, LegRestored
-from tests.interop.harness import bound_udp_socket, port_of, receive_merged, require_tool
+from tests.interop.harness import bound_udp_socket, finish, make_ts_file, port_of, receive_merged, require_tool
 from tests.tools.lossy_proxy import LossyUdpProxy, free_port_block
 
 pytestmark = pytest.mark.interop
@@ -24,14 +24,7 @@ pytestmark = pytest.mark.interop
 @pytest.fixture(scope="module")
 def ts_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_tool("ffmpeg", "-version")
-    path = tmp_path_factory.mktemp("r7") / "src.ts"
-    subprocess.run(
-        ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
-         "testsrc=size=320x240:rate=25", "-t", "2.5", "-c:v", "mpeg2video", "-b:v", "1500k",
-         "-f", "mpegts", "-muxrate", "3000k", str(path)],
-        check=True, timeout=60,
-    )  # fmt: skip
-    return path
+    return make_ts_file(tmp_path_factory.mktemp("r7") / "src.ts")
 
 
 async def run_two_legs(
@@ -78,12 +71,7 @@ async def run_two_legs(
                     result = await receive_merged(merger, leg_socks[0], leg_socks[1], idle_s=1.0, max_s=40.0)
                     nursery.cancel_scope.cancel()
         finally:
-            try:
-                _, err = proc.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-        assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
+            finish(proc)
     finally:
         for leg in legs:
             leg.stop()
