@@ -7,50 +7,26 @@ the RTP timestamp when the flow has one (90 kHz for MP2T, RFC 3551 §6), else th
 packets carry (27 MHz, ISO/IEC 13818-1 §2.4.2.2): the same formula with the encoder's own
 clock as the send time.
 
-Both take one item at a time, or batches: lists in pure Python (``on_arrivals``,
-``on_samples``) or numpy arrays (``on_arrival_array``, ``on_sample_array``); the IAT figures
-are the same bit for bit, the jitter to within 1e-12 relative (closed form of the filter).
-``FlowAnalysis`` folds the engine's batches in as arrays, 1024 at a time: at the engine's
-batch sizes that measured about half the cost of the list forms (bench/analysis.py).
+Both take one item at a time, or batches as numpy arrays (``on_arrival_array``,
+``on_sample_array``): the IAT figures are the same bit for bit, the jitter to within 1e-12
+relative (closed form of the filter). ``FlowAnalysis`` folds the engine's batches in 1024 at a
+time: at the engine's batch sizes that measured about half the cost of pure-Python list forms
+(which were removed for that reason).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterable, Sequence
-from functools import reduce
-from itertools import chain, repeat
-from operator import add, mul, sub, truediv
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 _BUCKET_S: Final = 0.1
-# Below this many items a batch method loops over the per-item one (cheaper than its C passes).
-_BATCH_MIN: Final = 4
-
-
-def _reduce_add(values: Iterable[float], start: float) -> float:
-    return reduce(add, values, start)
-
-
-# Floats added one after the other, left to right, as a per-item loop does: CPython's sum()
-# does exactly that up to 3.11; from 3.12 it compensates the rounding (a different last bit),
-# so there a C-level reduce keeps the per-item result.
-_sum_in_order: Callable[[Iterable[float], float], float] = sum if sys.version_info < (3, 12) else _reduce_add
-
 # RFC 3550 A.8's filter J <- J + (|D| - J) / 16 over k values, in closed form:
-# J_k = a^k J_0 + sum_i a^(k-1-i) |D_i| / 16 with a = 15/16. _DECAY[-k:] lists a^(k-1) .. a^0
-# (k <= _CHUNK, so the smallest weight, a^63 ~ 0.017, still bounds every |D_i|).
+# J_k = a^k J_0 + sum_i a^(k-1-i) |D_i| / 16 with a = 15/16 (JitterMeter.on_sample_array).
 _GAIN: Final = 15.0 / 16.0
-_CHUNK: Final = 64
-_DECAY: Final = [_GAIN ** (_CHUNK - 1 - i) for i in range(_CHUNK)]
-_DECAY_POW: Final = [_GAIN**k for k in range(_CHUNK + 1)]
 _ARRAY_CHUNK: Final = 1024  # on_sample_array folds at most this many samples at once
 _DECAY_NP: Final = _GAIN ** np.arange(_ARRAY_CHUNK - 1, -1, -1, dtype=np.float64)
-_SPAN_MAX_S: Final = 0.5  # the batch fast path's limits (see JitterMeter.on_samples)
-_D_MAX_S: Final = 0.25
 
 
 class IatMeter:
@@ -111,11 +87,6 @@ class IatMeter:
         self._cur_sum = 0.0
         self._cur_count = 0
 
-    @property
-    def last(self) -> float | None:
-        """The last arrival recorded (None before the first)."""
-        return self._last
-
     def on_arrival(self, arrival: float) -> None:
         """Record one datagram's arrival time (seconds, any monotonic origin)."""
         last = self._last
@@ -133,44 +104,6 @@ class IatMeter:
             self._cur_max = gap
         self._cur_sum += gap
         self._cur_count += 1
-
-    def on_arrivals(self, arrivals: Sequence[float]) -> list[float] | None:
-        """``on_arrival`` for each arrival in turn, with the same buckets and figures.
-
-        The common batch (in time order, within the current 100 ms bucket) takes its gaps,
-        their min, max and sum in C: min and max are order-free, and the sum adds the gaps in
-        the same order as ``on_arrival`` would (``_sum_in_order``), so the float is the same.
-        Any other batch (the flow's first, a short one, one that crosses a bucket boundary,
-        or with a negative gap) goes through ``on_arrival``.
-
-        Answers the gaps when it computed them and all are >= 0 (``arrivals[i]`` minus the
-        arrival before it), for ``JitterMeter.on_samples`` to reuse; else None.
-        """
-        last = self._last
-        if last is None or len(arrivals) < _BATCH_MIN:
-            for arrival in arrivals:
-                self.on_arrival(arrival)
-            return None
-        gaps = list(map(sub, arrivals, chain((last,), arrivals)))
-        lo = min(gaps)
-        if lo < 0.0:
-            for arrival in arrivals:
-                self.on_arrival(arrival)
-            return None
-        # lo >= 0: the arrivals are in order, so all lie between the first and the last.
-        if not self._cur_start <= arrivals[0] or not arrivals[-1] < self._cur_end:
-            for arrival in arrivals:
-                self.on_arrival(arrival)
-            return gaps
-        self._last = arrivals[-1]
-        hi = max(gaps)
-        if lo < self._cur_min:
-            self._cur_min = lo
-        if hi > self._cur_max:
-            self._cur_max = hi
-        self._cur_sum = _sum_in_order(gaps, self._cur_sum)
-        self._cur_count += len(gaps)
-        return gaps
 
     def on_arrival_array(self, arrivals: npt.NDArray[np.float64]) -> None:
         """``on_arrival`` for each arrival in turn (a float64 array), with the same figures.
@@ -292,62 +225,6 @@ class JitterMeter:
         d = (arrival - prev_arrival) - dt_sender
         self._jitter += (abs(d) - self._jitter) / 16.0
         self._samples += 1
-
-    @property
-    def last_arrival(self) -> float:
-        """The arrival of the last sample (0.0 before the first)."""
-        return self._last_arrival
-
-    def on_samples(
-        self, arrivals: Sequence[float], sender_ticks: Sequence[int], gaps: Sequence[float] | None = None
-    ) -> None:
-        """``on_sample`` for each (arrival, timestamp) pair in turn, in pure Python.
-
-        ``gaps``, when given, must be ``arrivals[i]`` minus the arrival before it (the first
-        one from ``last_arrival``), all >= 0: what ``IatMeter.on_arrivals`` answers when both
-        meters saw the same arrivals. It saves a pass.
-
-        The filter runs in closed form (``_DECAY``): J_k = a^k J_0 + sum a^(k-1-i) |D_i| / 16,
-        with D_i computed as in ``on_sample`` (raw timestamp steps), in C-level maps and one
-        weighted sum; the result equals the sequential filter to a few ulps (the terms are all
-        non-negative: no cancellation), far inside 1e-12 relative. That needs every sample
-        counted and no step wrapped, i.e. |step / hz| <= MAX_STEP_S: guaranteed when the batch
-        spans <= _SPAN_MAX_S of arrival time (so every gap does) and every |D_i| is at most
-        _D_MAX_S (|step/hz| <= gap + |D| < 1 s, far below half the wrap), which the weighted
-        sum itself bounds: each weight is at least a^(k-1). Otherwise, ``on_sample`` per sample.
-        """
-        count = len(arrivals)
-        last = self._last_sender
-        if count < _BATCH_MIN or last is None:
-            for arrival, ticks in zip(arrivals, sender_ticks, strict=False):
-                self.on_sample(arrival, ticks)
-            return
-        if count > _CHUNK:
-            for i in range(0, count, _CHUNK):
-                end = i + _CHUNK
-                self.on_samples(arrivals[i:end], sender_ticks[i:end], None if gaps is None else gaps[i:end])
-            return
-        prev = self._last_arrival
-        if gaps is None:
-            gaps = list(map(sub, arrivals, chain((prev,), arrivals)))
-            if min(gaps) < 0.0:
-                gaps = None
-        hz = self._hz
-        if gaps is None or arrivals[-1] - prev > _SPAN_MAX_S or self.MAX_STEP_S < _SPAN_MAX_S + _D_MAX_S:
-            for arrival, ticks in zip(arrivals, sender_ticks, strict=False):
-                self.on_sample(arrival, ticks)
-            return
-        steps = map(truediv, map(sub, sender_ticks, chain((last,), sender_ticks)), repeat(hz))
-        weights = _DECAY[-count:]
-        total = sum(map(mul, weights, map(abs, map(sub, gaps, steps))))
-        if total > _D_MAX_S * weights[0]:
-            for arrival, ticks in zip(arrivals, sender_ticks, strict=False):
-                self.on_sample(arrival, ticks)
-            return
-        self._last_sender = sender_ticks[-1]
-        self._last_arrival = arrivals[-1]
-        self._jitter = _DECAY_POW[count] * self._jitter + total / 16.0
-        self._samples += count
 
     def on_sample_array(self, arrivals: npt.NDArray[np.float64], sender_ticks: npt.NDArray[np.int64]) -> None:
         """A batch of samples; the same result as ``on_sample`` on each, in closed form.

@@ -128,20 +128,16 @@ def _batches(rng: random.Random, items: list[float], largest: int) -> list[list[
 def test_iat_batch_methods_equal_per_arrival_exactly(seed: int) -> None:
     rng = random.Random(seed)
     arrivals = _arrival_lists(rng, rng.choice((5, 200, 3000)))
-    one, lists, arrays = IatMeter(), IatMeter(), IatMeter()
+    one, arrays = IatMeter(), IatMeter()
     largest = rng.choice((4, 64, 1100))
     for batch in _batches(rng, arrivals, largest):
         for t in batch:
             one.on_arrival(t)
-        gaps = lists.on_arrivals(batch)
         arrays.on_arrival_array(np.array(batch, dtype=np.float64))
         # The same state, bit for bit (sums added in the same order), after every batch.
-        assert _iat_state(lists) == _iat_state(one)
         assert _iat_state(arrays) == _iat_state(one)
-        if gaps is not None:
-            assert all(g >= 0.0 for g in gaps) and len(gaps) == len(batch)
     for now in (arrivals[-1], arrivals[-1] + 0.25, arrivals[-1] + 0.95):
-        assert one.stats(now) == lists.stats(now) == arrays.stats(now)
+        assert one.stats(now) == arrays.stats(now)
 
 
 def _jitter_samples(rng: random.Random, n: int) -> tuple[list[float], list[int]]:
@@ -169,8 +165,7 @@ def _jitter_samples(rng: random.Random, n: int) -> tuple[list[float], list[int]]
 def test_jitter_batch_methods_equal_per_sample(seed: int) -> None:
     rng = random.Random(seed)
     arrivals, stamps = _jitter_samples(rng, rng.choice((3, 300, 2500)))
-    one, lists, arrays, shared = (JitterMeter.for_rtp() for _ in range(4))
-    iat = IatMeter()
+    one, arrays = JitterMeter.for_rtp(), JitterMeter.for_rtp()
     i = 0
     while i < len(arrivals):
         n = rng.randint(1, rng.choice((5, 64, 200, 1500)))
@@ -178,33 +173,26 @@ def test_jitter_batch_methods_equal_per_sample(seed: int) -> None:
         i += n
         for t, x in zip(a, s, strict=True):
             one.on_sample(t, x)
-        lists.on_samples(a, s)
         arrays.on_sample_array(np.array(a, dtype=np.float64), np.array(s, dtype=np.int64))
-        prev = iat.last
-        gaps = iat.on_arrivals(a)
-        shared.on_samples(a, s, gaps if gaps is not None and prev == shared.last_arrival else None)
-        for meter in (lists, arrays, shared):
-            assert meter._samples == one._samples
-            assert meter._last_sender == one._last_sender and meter.last_arrival == one.last_arrival
-            assert meter._jitter == pytest.approx(one._jitter, rel=1e-12, abs=1e-18)
+        assert arrays._samples == one._samples
+        assert arrays._last_sender == one._last_sender and arrays._last_arrival == one._last_arrival
+        assert arrays._jitter == pytest.approx(one._jitter, rel=1e-12, abs=1e-18)
 
 
 def test_jitter_batch_skips_steps_over_a_second_and_wraps() -> None:
     arrivals = [0.001 * i for i in range(100)]
     stamps = [(0xFFFFFF00 + 90 * i + (100_000 if i >= 50 else 0)) & 0xFFFFFFFF for i in range(100)]
-    one, lists, arrays = JitterMeter.for_rtp(), JitterMeter.for_rtp(), JitterMeter.for_rtp()
+    one, arrays = JitterMeter.for_rtp(), JitterMeter.for_rtp()
     for t, s in zip(arrivals, stamps, strict=True):
         one.on_sample(t, s)
-    lists.on_samples(arrivals, stamps)
     arrays.on_sample_array(np.array(arrivals), np.array(stamps, dtype=np.int64))
-    assert one._samples == lists._samples == arrays._samples == 98  # the 1.1 s step is not jitter
-    assert lists.jitter_s == pytest.approx(one.jitter_s, rel=1e-12)
+    assert one._samples == arrays._samples == 98  # the 1.1 s step is not jitter
     assert arrays.jitter_s == pytest.approx(one.jitter_s, rel=1e-12)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.floats(0.0, 0.01), st.integers(-100_000, 100_000)), min_size=1, max_size=300))
-def test_jitter_lists_equal_per_sample_on_any_steps(steps: list[tuple[float, int]]) -> None:
+def test_jitter_arrays_equal_per_sample_on_any_steps(steps: list[tuple[float, int]]) -> None:
     t, ts = 7.0, 0xFFFFF000
     arrivals, stamps = [], []
     for gap, step in steps:
@@ -212,10 +200,10 @@ def test_jitter_lists_equal_per_sample_on_any_steps(steps: list[tuple[float, int
         ts = (ts + step) & 0xFFFFFFFF
         arrivals.append(t)
         stamps.append(ts)
-    one, lists = JitterMeter.for_rtp(), JitterMeter.for_rtp()
+    one, arrays = JitterMeter.for_rtp(), JitterMeter.for_rtp()
     for a, s in zip(arrivals, stamps, strict=True):
         one.on_sample(a, s)
-    lists.on_samples(arrivals[:1], stamps[:1])
-    lists.on_samples(arrivals[1:], stamps[1:])
-    assert lists._samples == one._samples
-    assert lists._jitter == pytest.approx(one._jitter, rel=1e-12, abs=1e-18)
+    arrays.on_sample_array(np.array(arrivals[:1]), np.array(stamps[:1], dtype=np.int64))
+    arrays.on_sample_array(np.array(arrivals[1:]), np.array(stamps[1:], dtype=np.int64))
+    assert arrays._samples == one._samples
+    assert arrays._jitter == pytest.approx(one._jitter, rel=1e-12, abs=1e-18)
