@@ -83,6 +83,15 @@ async def send_paced(send, count: int = MESSAGES, rate: int = RATE_PPS) -> None:
             await trio.sleep_until(start + (i + 1) / rate)
 
 
+async def keep_sending(runner: SrtLegRunner, every_s: float = 0.002) -> None:
+    """Numbered messages to ``runner`` until cancelled (survives the leg breaking and returning)."""
+    i = 0
+    while True:
+        runner.send_nowait(message(i % 100_000))
+        i += 1
+        await trio.sleep(every_s)
+
+
 async def feed_udp_until(port: int, done, rate: int = RATE_PPS, limit: int = 20 * RATE_PPS) -> int:  # type: ignore[no-untyped-def]
     """Send numbered datagrams to srt-live-transmit's UDP input until ``done()``; returns how many."""
     sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
@@ -249,14 +258,7 @@ async def test_our_caller_recovers_within_two_seconds_of_slt_restarting(slt: Slt
             nursery.start_soon(sink.run)
             await nursery.start(runner.run)
 
-            async def stream() -> None:
-                i = 0
-                while True:
-                    runner.send_nowait(message(i % 100_000))
-                    i += 1
-                    await trio.sleep(0.002)
-
-            nursery.start_soon(stream)
+            nursery.start_soon(keep_sending, runner)
             await wait_until(lambda: len(sink.datagrams) > 50, 5)
 
             slt.stop(proc)  # SIGTERM: the far end goes away
@@ -293,14 +295,7 @@ async def test_our_caller_recovers_after_slt_is_killed_and_restarted(slt: SltPro
             nursery.start_soon(sink.run)
             await nursery.start(runner.run)
 
-            async def stream() -> None:
-                i = 0
-                while True:
-                    runner.send_nowait(message(i % 100_000))
-                    i += 1
-                    await trio.sleep(0.002)
-
-            nursery.start_soon(stream)
+            nursery.start_soon(keep_sending, runner)
             await wait_until(lambda: len(sink.datagrams) > 50, 5)
             slt.kill(proc)
             await trio.sleep(0.3)
