@@ -8,7 +8,7 @@ counters merged with the configuration. The same objects feed
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,32 +72,76 @@ class OutputStats(_Stats):
     srt_leg2_stats: SrtLegStats | None = None
 
 
-class Tr101290Stats(_Stats):
-    """TR 101 290 counters, cumulative from the flow's first TS packet."""
+def _indicator(priority: int | None = None, metric: str | None = None, label: str | None = None) -> Any:
+    """A TR 101 290 counter field: its priority (ETSI TR 101 290 §5.2.1 = 1, §5.2.2 = 2; None for
+    the counts that are not indicators), its Prometheus name (``mediaplane_edge_tr101290_<metric>``;
+    None: not exported) and the indicator's name in events."""
+    extra: dict[str, Any] = {}
+    if priority is not None:
+        extra["priority"] = priority
+    if metric is not None:
+        extra["metric"] = metric
+    if label is not None:
+        extra["label"] = label
+    return Field(default=0, json_schema_extra=extra or None)
 
-    ts_packets_analyzed: int = 0
+
+class Tr101290Stats(_Stats):
+    """TR 101 290 counters, cumulative from the flow's first TS packet.
+
+    The one list of the TR 101 290 fields: the worker's analyser fills it, and the health
+    rules, the alarm events and the metrics read the priorities and metric names declared
+    on the fields (``TR101290_INDICATORS``, ``TR101290_METRICS``).
+    """
+
+    ts_packets_analyzed: int = _indicator(metric="ts_packets_total")
     pat_count: int = 0
     pmt_count: int = 0
-    sync_loss_count: int = 0
-    sync_byte_errors: int = 0
-    cc_errors: int = 0
-    pat_errors: int = 0
-    pmt_errors: int = 0
-    tei_errors: int = 0
-    pcr_discontinuity_errors: int = 0
-    pcr_accuracy_errors: int = 0
+    sync_loss_count: int = _indicator(priority=1, label="TS sync loss")
+    sync_byte_errors: int = _indicator(priority=1, metric="sync_byte_errors_total", label="sync byte error")
+    cc_errors: int = _indicator(priority=1, metric="cc_errors_total", label="continuity count error")
+    pat_errors: int = _indicator(priority=1, metric="pat_errors_total", label="PAT error")
+    pmt_errors: int = _indicator(priority=1, metric="pmt_errors_total", label="PMT error")
+    tei_errors: int = _indicator(priority=2, metric="tei_errors_total", label="transport error")
+    pcr_discontinuity_errors: int = _indicator(
+        priority=2, metric="pcr_discontinuity_errors_total", label="PCR discontinuity"
+    )
+    pcr_accuracy_errors: int = _indicator(priority=2, metric="pcr_accuracy_errors_total", label="PCR accuracy error")
     priority1_ok: bool = True
     priority2_ok: bool = True
     tr07_compliant: bool = False
     jpeg_xs_pid: int | None = None
     # Beyond the interface's fields (docs/analysis.md): the rest of TR 101 290 §5.2.
-    pid_errors: int = 0
-    crc_errors: int = 0
-    pcr_repetition_errors: int = 0
-    pts_errors: int = 0
-    cat_errors: int = 0
+    pid_errors: int = _indicator(priority=1, label="PID error")
+    crc_errors: int = _indicator(priority=2, label="CRC error")
+    pcr_repetition_errors: int = _indicator(priority=2, label="PCR repetition error")
+    pts_errors: int = _indicator(priority=2, label="PTS error")
+    cat_errors: int = _indicator(priority=2, label="CAT error")
     section_errors: int = 0
     truncated_packets: int = 0
+
+
+def _field_extra(name: str) -> dict[str, Any]:
+    extra = Tr101290Stats.model_fields[name].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+TR101290_INDICATORS: Final[dict[str, tuple[int, str]]] = {
+    name: (int(_field_extra(name)["priority"]), str(_field_extra(name)["label"]))
+    for name in Tr101290Stats.model_fields
+    if "priority" in _field_extra(name)
+}
+"""field -> (priority, label) of every TR 101 290 indicator the edge counts."""
+TR101290_METRICS: Final[dict[str, str]] = {
+    name: str(_field_extra(name)["metric"]) for name in Tr101290Stats.model_fields if "metric" in _field_extra(name)
+}
+"""field -> metric name suffix (edge interface §4: ``mediaplane_edge_tr101290_<suffix>``)."""
+# The interface's health rules (interop.md 11) name exactly these: sync loss (Critical),
+# priority 1 = sync byte, PAT, CC, PMT (Error), priority 2 = TEI, PCR discontinuity, PCR accuracy
+# (Warning). The other §5.2 indicators raise alarm events but do not change health.
+HEALTH_SYNC_LOSS: Final = "sync_loss_count"
+HEALTH_P1: Final = ("sync_byte_errors", "pat_errors", "cc_errors", "pmt_errors")
+HEALTH_P2: Final = ("tei_errors", "pcr_discontinuity_errors", "pcr_accuracy_errors")
 
 
 class VideoStream(_Stats):
@@ -136,6 +180,90 @@ class IatStats(_Stats):
     min_us: float
     max_us: float
     avg_us: float
+
+
+# --------------------------------------------------------------------------- the worker's report
+# What an engine worker sends for each running flow every ``STATS_INTERVAL_S`` (the IPC's
+# ``stats`` message): built with these models in the worker, validated with them in the
+# control process, so a field renamed on one side fails at once (tests/edge/test_counters.py)
+# and an unknown field is a rejected report (logged and counted), never a 500 on GET stats.
+
+
+class FecCounters(_Stats):
+    recovered: int = 0
+    unrecoverable: int = 0
+    fec_received: int = 0
+    fec_malformed: int = 0
+
+
+class LegCounters(_Stats):
+    leg: int
+    received: int = 0
+    lost: int = 0
+
+
+class PayloadMergeCounters(_Stats):
+    received: list[int] = Field(default_factory=list)
+    redundant: int = 0
+
+
+class RedundancyCounters(_Stats):
+    legs: list[LegCounters] = Field(default_factory=list)
+    switches: int = 0
+    lost_on_both: int = 0
+    payload_merge: PayloadMergeCounters | None = None
+
+
+class InputCounters(_Stats):
+    """The input of a running flow, as its driver and the flow's common path count it."""
+
+    state: str
+    packets_received: int = 0
+    bytes_received: int = 0
+    packets_lost: int = 0
+    packets_filtered: int = 0
+    packets_recovered_fec: int = 0
+    redundancy_switches: int = 0
+    payload_format: Literal["rtp_ts", "raw_ts"] = "raw_ts"
+    fec: FecCounters | None = None
+    redundancy: RedundancyCounters | None = None
+    srt_stats: SrtLegStats | None = None
+    srt_leg2_stats: SrtLegStats | None = None
+
+
+class OutputCounters(_Stats):
+    """One running output, as its driver counts it."""
+
+    output_id: str
+    state: str
+    packets_sent: int = 0
+    bytes_sent: int = 0
+    packets_dropped: int = 0
+    fec_packets_sent: int = 0
+    srt_stats: SrtLegStats | None = None
+    srt_leg2_stats: SrtLegStats | None = None
+
+
+class MediaCounters(_Stats):
+    program_count: int = 0
+    video_streams: list[VideoStream] = Field(default_factory=list)
+    audio_streams: list[AudioStream] = Field(default_factory=list)
+    total_bitrate_bps: int = 0
+
+
+class AnalysisCounters(_Stats):
+    tr101290: Tr101290Stats
+    media: MediaCounters | None = None
+    iat: IatStats | None = None
+    pdv_jitter_us: float | None = None
+
+
+class FlowCounters(_Stats):
+    """Everything a worker reports about one running flow."""
+
+    input: InputCounters
+    outputs: list[OutputCounters] = Field(default_factory=list)
+    analysis: AnalysisCounters
 
 
 class FlowStats(_Stats):

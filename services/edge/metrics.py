@@ -15,7 +15,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from appliance.models.stats import FlowState, StatsSnapshot
+from appliance.models.stats import TR101290_METRICS, FlowState, StatsSnapshot
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 P = "mediaplane_edge_"
@@ -84,17 +84,10 @@ class EdgeCollector(Collector):
         out_fec = counter("flow_output_fec_sent_total", "FEC packets sent", out_l)
         srt_rtt = gauge("srt_rtt_ms", "SRT round-trip time (ms)", ["flow_id", "output_id", "leg"])
         srt_loss = counter("srt_loss_total", "SRT packets lost", ["flow_id", "output_id", "leg"])
-        tr_names = (
-            ("ts_packets_total", "ts_packets_analyzed"),
-            ("sync_byte_errors_total", "sync_byte_errors"),
-            ("cc_errors_total", "cc_errors"),
-            ("pat_errors_total", "pat_errors"),
-            ("pmt_errors_total", "pmt_errors"),
-            ("tei_errors_total", "tei_errors"),
-            ("pcr_discontinuity_errors_total", "pcr_discontinuity_errors"),
-            ("pcr_accuracy_errors_total", "pcr_accuracy_errors"),
-        )
-        tr_adders = [(counter("tr101290_" + name, f"TR 101 290 {field}", flow_l), field) for name, field in tr_names]
+        tr_adders = [
+            (counter("tr101290_" + metric, f"TR 101 290 {field}", flow_l), field)
+            for field, metric in TR101290_METRICS.items()
+        ]
         video_info = InfoMetricFamily(
             P + "media_video", "Video stream", labels=["flow_id", "pid", "codec", "resolution", "profile", "level"]
         )

@@ -1,35 +1,44 @@
 """EdgeService: owns the configuration and the flows' lifecycle; decides.
 
-Routes translate HTTP to these calls; the manager link (a later issue) calls the
-same methods, so every rule (404, 409, persistence order) lives here once.
-Mutations are serialised by one lock. A change is persisted before it is
-applied, so a failed write leaves both the file and the running state as they
-were (``PersistFailed`` → 500).
+Routes translate HTTP to these calls; the manager link calls the same methods, so
+every rule (404, 409, persistence order) lives here once. Mutations are serialised
+by one lock and, once they hold it, shielded from cancellation: a client that
+disconnects mid-request cannot strand a flow half-started (the engine's own command
+timeout bounds the wait). Every mutation validates the whole resulting
+configuration (the model's limits, the kinds this engine runs, the listening-address
+clash rule) before it is persisted, and a change is persisted before it is applied,
+so a refused or failed write leaves both the file and the running state as they were.
+
+States change only through ``FlowLifecycle.fire`` (``lifecycle.py``); each change is
+one event on the bus (``events.py``), beside the engine's own events.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import trio
+from pydantic import ValidationError
 
 from appliance import errors
 from appliance.config.store import EdgeConfigStore, ensure_jwt_secret, merge_kept_secrets, public_config
-from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig, SrtInput, SrtOutput
-from appliance.models.stats import FlowState, StatsSnapshot
-from services.edge.engine.srt_io import check_supported as check_srt_supported
+from appliance.http.envelope import describe_validation_error
+from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig
+from appliance.models.events import Event, EventCategory, info, warning
+from appliance.models.kinds import find_clash
+from appliance.models.stats import FlowCounters, FlowState, StatsSnapshot
+from services.edge.engine.kinds import check_output_supported, check_supported
 from services.edge.engine.supervisor import WORKER_NICE, WORKER_REALTIME, Engine, EngineError
+from services.edge.events import EventBus
+from services.edge.lifecycle import FlowLifecycle, Trigger
 from services.edge.stats import StatsAggregator
 
 _log = logging.getLogger("mediaplane.edge")
-
-# The flow lifecycle (interop.md 11) as data (style H4): which states an
-# operation may leave from. The API's 409s come from this table.
-_STARTABLE: Final = frozenset({FlowState.IDLE, FlowState.STOPPED, FlowState.ERROR})
-_STOPPABLE: Final = frozenset({FlowState.RUNNING})
+RESTART_LOST_AFTER_S = 1.0  # the supervisor restarts a dead worker; then its flows come back
 
 
 class FlowNotFound(errors.NotFound):
@@ -46,25 +55,28 @@ class EngineFailed(errors.Internal):
     """The engine could not do what was asked (500, the engine's reason in the text)."""
 
 
-SUPPORTED_INPUTS: Final = frozenset({"rtp", "udp", "srt"})
-SUPPORTED_OUTPUTS: Final = frozenset({"rtp", "udp", "srt"})
+def validate_config(config: AppConfig, changed: Iterable[str] | None = None) -> AppConfig:
+    """The whole configuration checked as it would be persisted, or the error to answer.
 
-
-def check_supported(flow: FlowConfig) -> None:
-    """InvalidInput for input or output kinds this build's engine does not carry yet."""
-    if flow.input.type not in SUPPORTED_INPUTS:
-        raise errors.InvalidInput(f"input type '{flow.input.type}' is not supported by this edge yet")
-    if isinstance(flow.input, SrtInput):
-        check_srt_supported(flow.input)  # 400 for what the installed libsrt cannot do
-    for output in flow.outputs:
-        check_output_supported(output)
-
-
-def check_output_supported(output: OutputConfig) -> None:
-    if output.type not in SUPPORTED_OUTPUTS:
-        raise errors.InvalidInput(f"output type '{output.type}' is not supported by this edge yet")
-    if isinstance(output, SrtOutput):
-        check_srt_supported(output)
+    - the model again, from scratch (``model_copy`` does not validate: the 1,024-flow and
+      64-output limits and every cross-field rule hold for the result, so a node never
+      writes a config.json it would refuse at its next start) → 400;
+    - the kinds this engine runs (``changed`` flows only, or all) → 400;
+    - no two listening addresses clash (``appliance.models.kinds.find_clash``) → 409
+      naming the flow that holds the address.
+    """
+    try:
+        config = AppConfig.model_validate(config.model_dump())
+    except ValidationError as exc:
+        raise errors.InvalidInput(f"Validation failed: {describe_validation_error(exc)}") from None
+    changed_ids = set(changed) if changed is not None else None
+    for flow in config.flows:
+        if changed_ids is None or flow.id in changed_ids:
+            check_supported(flow)
+    clash = find_clash(config.flows, changed_ids)
+    if clash is not None:
+        raise errors.Conflict(clash.message())
+    return config
 
 
 class EdgeService:
@@ -86,12 +98,15 @@ class EdgeService:
         self.config = config
         self.version = version
         self.started_at = trio.current_time()
-        self.stats = StatsAggregator(version, self.started_at)
+        self.events = EventBus()
+        self.lifecycle = FlowLifecycle(self.events.publish, trio.current_time)
+        self.stats = StatsAggregator(version, self.started_at, self.lifecycle)
         self.engine = Engine(
             workers=workers,
             on_stats=self._on_counters,
             on_flow_failed=self._on_flow_failed,
             on_workers_lost=self._on_workers_lost,
+            on_event=self.events.publish,
             log_level=log_level,
             pin_cpus=pin_cpus,
             worker_nice=worker_nice,
@@ -101,7 +116,7 @@ class EdgeService:
         self._nursery: trio.Nursery | None = None
         self.snapshot_listeners: list[Callable[[StatsSnapshot], None]] = []
         for flow in config.flows:
-            self.stats.runtime(flow.id)
+            self.lifecycle.add(flow.id)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the engine and every enabled flow, then tick stats until cancelled."""
@@ -130,15 +145,25 @@ class EdgeService:
             for listener in list(self.snapshot_listeners):
                 listener(snapshot)
 
+    @asynccontextmanager
+    async def _mutating(self) -> AsyncIterator[None]:
+        """One mutation at a time; once it holds the lock, a cancelled request does not cut it short."""
+        async with self._lock:
+            with trio.CancelScope(shield=True):
+                yield
+
+    def publish(self, event: Event) -> None:
+        """An event of the control process onto the bus."""
+        self.events.publish(event)
+
     # ------------------------------------------------------------------ engine callbacks
 
-    def _on_counters(self, flows: dict[str, dict[str, Any]]) -> None:
+    def _on_counters(self, flows: dict[str, FlowCounters]) -> None:
         self.stats.on_counters(flows, trio.current_time())
 
     def _on_flow_failed(self, flow_id: str, error: str) -> None:
-        runtime = self.stats.runtime(flow_id)
-        runtime.state, runtime.error = FlowState.ERROR, error
-        runtime.reset_counters()
+        if self.lifecycle.allows(flow_id, Trigger.FAILED):
+            self.lifecycle.fire(flow_id, Trigger.FAILED, error)
         _log.error("flow %s: %s", flow_id, error)
 
     def _on_workers_lost(self, flow_ids: list[str]) -> None:
@@ -149,11 +174,15 @@ class EdgeService:
 
     async def _restart_lost(self, flow_ids: list[str]) -> None:
         # The supervisor restarts the worker; give it a moment, then bring the flows back.
-        await trio.sleep(1.0)
-        async with self._lock:
+        await trio.sleep(RESTART_LOST_AFTER_S)
+        async with self._mutating():
             for flow_id in flow_ids:
                 flow = self.config.flow(flow_id)
-                if flow is not None and self.stats.runtime(flow_id).state is FlowState.ERROR:
+                if (
+                    flow is not None
+                    and self.lifecycle.state(flow_id) is FlowState.ERROR
+                    and not self.engine.is_running(flow_id)
+                ):
                     await self._start(flow, raise_errors=False)
 
     # ------------------------------------------------------------------ queries
@@ -165,10 +194,10 @@ class EdgeService:
         return flow
 
     def state_of(self, flow_id: str) -> FlowState:
-        return self.stats.runtime(flow_id).state
+        return self.lifecycle.state(flow_id)
 
     def active_flows(self) -> int:
-        return sum(1 for f in self.config.flows if self.state_of(f.id) is FlowState.RUNNING)
+        return self.lifecycle.count(FlowState.RUNNING)
 
     def uptime_secs(self) -> int:
         return int(trio.current_time() - self.started_at)
@@ -182,48 +211,46 @@ class EdgeService:
     # ------------------------------------------------------------------ lifecycle
 
     async def _start(self, flow: FlowConfig, *, raise_errors: bool = True) -> None:
-        runtime = self.stats.runtime(flow.id)
-        runtime.state, runtime.error = FlowState.STARTING, None
-        runtime.reset_counters()
+        self.lifecycle.fire(flow.id, Trigger.START)
         try:
             await self.engine.start_flow(flow)
         except EngineError as exc:
-            runtime.state, runtime.error = FlowState.ERROR, str(exc)
+            self.lifecycle.fire(flow.id, Trigger.START_FAILED, str(exc))
             _log.error("flow %s failed to start: %s", flow.id, exc)
             if raise_errors:
                 raise EngineFailed(f"flow '{flow.id}' failed to start: {exc}") from exc
             return
-        runtime.state, runtime.started_at = FlowState.RUNNING, trio.current_time()
-        _log.info("flow %s started", flow.id)
+        except BaseException:
+            # Only a shutdown cancels a start (mutations are shielded): never leave Starting behind.
+            self.lifecycle.fire(flow.id, Trigger.START_FAILED, "start abandoned")
+            raise
+        self.lifecycle.fire(flow.id, Trigger.STARTED)
 
-    async def _stop(self, flow_id: str, final_state: FlowState = FlowState.STOPPED) -> None:
-        runtime = self.stats.runtime(flow_id)
+    async def _stop(self, flow_id: str) -> None:
+        """Stop what the engine runs for ``flow_id`` (the lifecycle follows when it is known)."""
         try:
             await self.engine.stop_flow(flow_id)
         except EngineError as exc:
-            runtime.state, runtime.error = FlowState.ERROR, str(exc)
+            if self.lifecycle.allows(flow_id, Trigger.STOP_FAILED):
+                self.lifecycle.fire(flow_id, Trigger.STOP_FAILED, str(exc))
             raise EngineFailed(f"flow '{flow_id}' failed to stop: {exc}") from exc
-        runtime.state, runtime.started_at = final_state, None
-        runtime.reset_counters()
-        _log.info("flow %s stopped", flow_id)
+        if self.lifecycle.allows(flow_id, Trigger.STOP):
+            self.lifecycle.fire(flow_id, Trigger.STOP)
 
     async def start_flow(self, flow_id: str) -> None:
-        async with self._lock:
+        async with self._mutating():
             flow = self.flow(flow_id)
-            state = self.state_of(flow_id)
-            if state not in _STARTABLE:
-                raise errors.Conflict(f"flow '{flow_id}' is already running")
+            self.lifecycle.require(flow_id, Trigger.START)
             await self._start(flow)
 
     async def stop_flow(self, flow_id: str) -> None:
-        async with self._lock:
+        async with self._mutating():
             self.flow(flow_id)
-            if self.state_of(flow_id) not in _STOPPABLE:
-                raise errors.Conflict(f"flow '{flow_id}' is not running")
+            self.lifecycle.require(flow_id, Trigger.STOP)
             await self._stop(flow_id)
 
     async def restart_flow(self, flow_id: str) -> None:
-        async with self._lock:
+        async with self._mutating():
             flow = self.flow(flow_id)
             if self.engine.is_running(flow_id):
                 await self._stop(flow_id)
@@ -235,13 +262,17 @@ class EdgeService:
         await trio.to_thread.run_sync(self.store.save, config)
         self.config = config
 
+    def _with_flows(self, flows: list[FlowConfig], changed: Iterable[str]) -> AppConfig:
+        return validate_config(self.config.model_copy(update={"flows": flows}), changed)
+
     async def create_flow(self, flow: FlowConfig) -> FlowConfig:
-        async with self._lock:
+        async with self._mutating():
             if self.config.flow(flow.id) is not None:
                 raise errors.Conflict(f"flow '{flow.id}' already exists")
-            check_supported(flow)
-            await self._persist(self.config.model_copy(update={"flows": [*self.config.flows, flow]}))
-            self.stats.runtime(flow.id).state = FlowState.IDLE
+            new = self._with_flows([*self.config.flows, flow], [flow.id])
+            await self._persist(new)
+            self.lifecycle.add(flow.id)
+            self.publish(info(EventCategory.FLOW, "flow created", flow_id=flow.id))
             if flow.enabled:
                 await self._start(flow)
             return flow
@@ -249,50 +280,60 @@ class EdgeService:
     async def update_flow(self, flow_id: str, flow: FlowConfig) -> FlowConfig:
         """Replace a flow; a running one is stopped, replaced and restarted if enabled."""
         flow = flow.model_copy(update={"id": flow_id})  # the path id wins over the body's
-        async with self._lock:
+        async with self._mutating():
             self.flow(flow_id)
-            check_supported(flow)
-            flows = [flow if f.id == flow_id else f for f in self.config.flows]
-            was_running = self.engine.is_running(flow_id)
-            await self._persist(self.config.model_copy(update={"flows": flows}))
-            if was_running:
+            new = self._with_flows([flow if f.id == flow_id else f for f in self.config.flows], [flow_id])
+            await self._persist(new)
+            self.publish(info(EventCategory.FLOW, "flow updated", flow_id=flow_id))
+            if self.engine.is_running(flow_id):
                 await self._stop(flow_id)
                 if flow.enabled:
                     await self._start(flow)
             return flow
 
     async def delete_flow(self, flow_id: str) -> None:
-        async with self._lock:
+        async with self._mutating():
             self.flow(flow_id)
-            flows = [f for f in self.config.flows if f.id != flow_id]
-            await self._persist(self.config.model_copy(update={"flows": flows}))
+            await self._persist(
+                self.config.model_copy(update={"flows": [f for f in self.config.flows if f.id != flow_id]})
+            )
             if self.engine.is_running(flow_id):
                 try:
                     await self._stop(flow_id)
                 except EngineFailed:
                     _log.error("flow %s deleted but its engine stop failed", flow_id)
+            self.lifecycle.forget(flow_id)
             self.stats.forget(flow_id)
+            self.publish(info(EventCategory.FLOW, "flow deleted", flow_id=flow_id))
 
     async def add_output(self, flow_id: str, output: OutputConfig) -> OutputConfig:
-        async with self._lock:
+        async with self._mutating():
             flow = self.flow(flow_id)
             if flow.output(output.id) is not None:
                 raise errors.Conflict(f"output '{output.id}' already exists in flow '{flow_id}'")
             check_output_supported(output)
             new_flow = flow.model_copy(update={"outputs": [*flow.outputs, output]})
-            flows = [new_flow if f.id == flow_id else f for f in self.config.flows]
             previous = self.config
-            await self._persist(self.config.model_copy(update={"flows": flows}))
+            await self._persist(self._with_flows([new_flow if f.id == flow_id else f for f in previous.flows], []))
             if self.engine.is_running(flow_id):
                 try:
                     await self.engine.add_output(flow_id, output)
                 except EngineError as exc:
                     await self._persist(previous)  # roll the file back: the output never ran
+                    self.publish(
+                        warning(
+                            EventCategory.FLOW,
+                            f"output '{output.id}' failed to start: {exc}",
+                            flow_id=flow_id,
+                            output_id=output.id,
+                        )
+                    )
                     raise EngineFailed(f"output '{output.id}' failed to start: {exc}") from exc
+            self.publish(info(EventCategory.FLOW, f"output '{output.id}' added", flow_id=flow_id, output_id=output.id))
             return output
 
     async def remove_output(self, flow_id: str, output_id: str) -> None:
-        async with self._lock:
+        async with self._mutating():
             flow = self.flow(flow_id)
             if flow.output(output_id) is None:
                 raise OutputNotFound(flow_id, output_id)
@@ -302,40 +343,49 @@ class EdgeService:
                 except EngineError as exc:
                     raise EngineFailed(f"output '{output_id}' failed to stop: {exc}") from exc
             new_flow = flow.model_copy(update={"outputs": [o for o in flow.outputs if o.id != output_id]})
-            flows = [new_flow if f.id == flow_id else f for f in self.config.flows]
-            await self._persist(self.config.model_copy(update={"flows": flows}))
+            await self._persist(
+                self.config.model_copy(
+                    update={"flows": [new_flow if f.id == flow_id else f for f in self.config.flows]}
+                )
+            )
+            self.publish(
+                info(EventCategory.FLOW, f"output '{output_id}' removed", flow_id=flow_id, output_id=output_id)
+            )
 
     async def replace_config(self, new_config: AppConfig) -> dict[str, Any]:
         """PUT /api/v1/config: stop all, replace (keeping omitted secrets), persist, start enabled."""
-        async with self._lock:
-            for flow in new_config.flows:
-                check_supported(flow)
+        async with self._mutating():
             merged = ensure_jwt_secret(merge_kept_secrets(new_config, self.config))  # interop.md 2.1
             if merged.node_id is None:
                 merged = merged.model_copy(update={"node_id": self.config.node_id})
-            return await self._apply(merged, persist=True)
+            return await self._apply(validate_config(merged), persist=True)
 
     async def reload_config(self) -> dict[str, Any]:
         """POST /api/v1/config/reload: re-read both files and apply them."""
-        async with self._lock:
+        async with self._mutating():
             loaded = ensure_jwt_secret(await trio.to_thread.run_sync(self.store.read))
             persist = loaded.server.auth is not None and self.config.server.auth != loaded.server.auth
-            for flow in loaded.flows:
-                check_supported(flow)
-            return await self._apply(loaded, persist=persist)
+            return await self._apply(validate_config(loaded), persist=persist)
 
     async def _apply(self, config: AppConfig, *, persist: bool) -> dict[str, Any]:
+        """Stop every flow the engine runs (not what the old config lists: that is where a
+        dropped flow used to keep running), take ``config``, start its enabled flows."""
         if persist:
             await self._persist(config)  # first: a failed write changes nothing
-        for flow_id in [f.id for f in self.config.flows if self.engine.is_running(f.id)]:
-            await self._stop(flow_id)
+        for flow_id in sorted(self.engine.running_flows()):
+            try:
+                await self._stop(flow_id)
+            except EngineFailed as exc:
+                _log.error("config apply: %s", exc.message)
         self.config = config
-        for flow_id in list(self.stats.flows):
-            if config.flow(flow_id) is None:
+        kept = {flow.id for flow in config.flows}
+        for flow_id in self.lifecycle.ids():
+            if flow_id not in kept:
+                self.lifecycle.forget(flow_id)
                 self.stats.forget(flow_id)
         failed = []
         for flow in config.flows:
-            self.stats.runtime(flow.id)
+            self.lifecycle.add(flow.id)
             if flow.enabled:
                 await self._start(flow, raise_errors=False)
                 if self.state_of(flow.id) is FlowState.ERROR:
@@ -360,7 +410,7 @@ class EdgeService:
 
     async def save_setup(self, body: dict[str, Any]) -> None:
         """Apply the wizard's form to a copy of the config and persist it (effective at restart)."""
-        async with self._lock:
+        async with self._mutating():
             config = build_setup_config(self.config, body)
             await self._persist(config)
 
@@ -372,10 +422,6 @@ _SETUP_KEYS: Final = frozenset(
 
 def build_setup_config(current: AppConfig, body: dict[str, Any]) -> AppConfig:
     """The checks of interop.md 3, in its order; the patched copy of ``current``."""
-    from pydantic import ValidationError
-
-    from appliance.http.envelope import describe_validation_error
-
     unknown = sorted(set(body) - _SETUP_KEYS)
     if unknown:
         raise errors.InvalidInput(f"unknown key: {unknown[0]}")

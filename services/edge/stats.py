@@ -14,30 +14,28 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from appliance.models.config import FlowConfig
+from appliance.models.kinds import output_type_label
 from appliance.models.stats import (
+    HEALTH_P1,
+    HEALTH_P2,
+    HEALTH_SYNC_LOSS,
+    FlowCounters,
     FlowState,
     FlowStats,
     Health,
-    IatStats,
+    InputCounters,
     InputStats,
     MediaAnalysis,
+    MediaCounters,
     OutputStats,
     StatsSnapshot,
     SystemStats,
-    Tr101290Stats,
 )
+from services.edge.lifecycle import FlowLifecycle
 
 BITRATE_WINDOW_S: Final = 1.0
 HEALTH_WINDOW_S: Final = 10.0  # interop.md 11: loss and TR 101 290 errors count over the last 10 s
 HISTORY_S: Final = HEALTH_WINDOW_S + 2.0
-# TR 101 290 §5.2.1 priority 1 and §5.2.2 priority 2 counters that health watches.
-P1_COUNTERS: Final = ("sync_byte_errors", "pat_errors", "cc_errors", "pmt_errors")
-P2_COUNTERS: Final = ("tei_errors", "pcr_discontinuity_errors", "pcr_accuracy_errors")
-
-
-def output_type_label(kind: str) -> str:
-    """interop.md 11: rtp and udp outputs both report ``udp``."""
-    return "udp" if kind in ("rtp", "udp") else kind
 
 
 @dataclass
@@ -52,68 +50,62 @@ class _Sample:
 
 
 @dataclass
-class FlowRuntimeState:
-    """What the control process knows about one flow's lifecycle."""
+class _FlowCounters:
+    """The last report of one running flow and the short history behind its rates and health."""
 
-    state: FlowState = FlowState.IDLE
-    started_at: float | None = None
-    error: str | None = None
-    counters: dict[str, Any] | None = None
+    counters: FlowCounters | None = None
     history: deque[_Sample] = field(default_factory=deque)
-
-    def reset_counters(self) -> None:
-        self.counters = None
-        self.history.clear()
 
 
 class StatsAggregator:
-    """Owns every flow's runtime state and builds snapshots from it."""
+    """Keeps the running flows' counters and builds snapshots; the states come from the lifecycle."""
 
-    def __init__(self, version: str, started_at: float) -> None:
+    def __init__(self, version: str, started_at: float, lifecycle: FlowLifecycle) -> None:
         self.version = version
         self.started_at = started_at
-        self.flows: dict[str, FlowRuntimeState] = {}
+        self.lifecycle = lifecycle
+        self._flows: dict[str, _FlowCounters] = {}
+        lifecycle.listeners.append(self._on_transition)
 
-    def runtime(self, flow_id: str) -> FlowRuntimeState:
-        state = self.flows.get(flow_id)
-        if state is None:
-            state = self.flows[flow_id] = FlowRuntimeState()
-        return state
+    def _on_transition(self, flow_id: str, old: FlowState, new: FlowState) -> None:
+        # A flow that starts, stops or fails begins from zero: its next report is a new baseline.
+        self._flows.pop(flow_id, None)
 
     def forget(self, flow_id: str) -> None:
-        self.flows.pop(flow_id, None)
+        self._flows.pop(flow_id, None)
 
-    def on_counters(self, flows: dict[str, dict[str, Any]], now: float) -> None:
+    def on_counters(self, flows: dict[str, FlowCounters], now: float) -> None:
         """Take one worker report (cumulative counters of each of its running flows)."""
         for flow_id, counters in flows.items():
-            runtime = self.flows.get(flow_id)
-            if runtime is None or runtime.state is not FlowState.RUNNING:
+            if self.lifecycle.state(flow_id) is not FlowState.RUNNING:
                 continue
-            if not runtime.history:
+            entry = self._flows.get(flow_id)
+            if entry is None:
+                entry = self._flows[flow_id] = _FlowCounters()
                 # A zero baseline at the start, so errors counted before the first report
                 # fall inside the health window (a 0.1 s burst of CC errors must not read Healthy).
-                start = runtime.started_at if runtime.started_at is not None else now
-                runtime.history.append(
+                status = self.lifecycle.get(flow_id)
+                started = status.started_at if status is not None else None
+                start = started if started is not None else now
+                entry.history.append(
                     _Sample(at=min(start, now), bytes_in=0, lost=0, sync_loss=0, p1=0, p2=0, bytes_out={})
                 )
-            runtime.counters = counters
-            tr = (counters.get("analysis") or {}).get("tr101290") or {}
-            inp = counters.get("input") or {}
-            runtime.history.append(
+            entry.counters = counters
+            tr = counters.analysis.tr101290
+            inp = counters.input
+            entry.history.append(
                 _Sample(
                     at=now,
-                    bytes_in=int(inp.get("bytes_received", 0)),
-                    lost=int(inp.get("packets_lost", 0)),
-                    sync_loss=int(tr.get("sync_loss_count", 0)),
-                    p1=sum(int(tr.get(name, 0)) for name in P1_COUNTERS),
-                    p2=sum(int(tr.get(name, 0)) for name in P2_COUNTERS),
-                    bytes_out={
-                        str(o.get("output_id")): int(o.get("bytes_sent", 0)) for o in counters.get("outputs", [])
-                    },
+                    bytes_in=inp.bytes_received,
+                    lost=inp.packets_lost,
+                    sync_loss=getattr(tr, HEALTH_SYNC_LOSS),
+                    p1=sum(getattr(tr, name) for name in HEALTH_P1),
+                    p2=sum(getattr(tr, name) for name in HEALTH_P2),
+                    bytes_out={o.output_id: o.bytes_sent for o in counters.outputs},
                 )
             )
-            while runtime.history and runtime.history[0].at < now - HISTORY_S:
-                runtime.history.popleft()
+            while entry.history and entry.history[0].at < now - HISTORY_S:
+                entry.history.popleft()
 
     # ------------------------------------------------------------------ building
 
@@ -127,100 +119,101 @@ class StatsAggregator:
         return StatsSnapshot(system=system, flows=flow_stats)
 
     def flow_stats(self, flow: FlowConfig, now: float) -> FlowStats:
-        runtime = self.flows.get(flow.id) or FlowRuntimeState()
-        running = runtime.state is FlowState.RUNNING
-        counters = runtime.counters if running else None
-        history = runtime.history
-        if counters is None:
+        state = self.lifecycle.state(flow.id)
+        running = state is FlowState.RUNNING
+        status = self.lifecycle.get(flow.id)
+        started_at = status.started_at if status is not None else None
+        uptime = int(now - started_at) if running and started_at is not None else 0
+        entry = self._flows.get(flow.id) if running else None
+        counters = entry.counters if entry is not None else None
+        if counters is None or entry is None:
             # interop.md 11: a flow that is not running reports zeros and null analysis.
             return FlowStats(
                 flow_id=flow.id,
                 flow_name=flow.name,
-                state=runtime.state,
-                health=_health(runtime.state, None, 0),
-                uptime_secs=int(now - runtime.started_at) if running and runtime.started_at is not None else 0,
+                state=state,
+                health=_health(state, None, 0),
+                uptime_secs=uptime,
                 input=InputStats(input_type=flow.input.type, state="starting" if running else "idle"),
                 outputs=[
                     OutputStats(output_id=o.id, output_name=o.name, output_type=output_type_label(o.type), state="idle")
                     for o in flow.outputs
                 ],
             )
-        inp = counters.get("input", {})
+        history = entry.history
+        inp = counters.input
         bitrate_in = _rate(history, lambda s: s.bytes_in)
         input_stats = InputStats(
             input_type=flow.input.type,
-            state=str(inp.get("state", "receiving")),
-            packets_received=int(inp.get("packets_received", 0)),
-            bytes_received=int(inp.get("bytes_received", 0)),
+            state=inp.state,
+            packets_received=inp.packets_received,
+            bytes_received=inp.bytes_received,
             bitrate_bps=bitrate_in,
-            packets_lost=int(inp.get("packets_lost", 0)),
-            packets_filtered=int(inp.get("packets_filtered", 0)),
-            packets_recovered_fec=int(inp.get("packets_recovered_fec", 0)),
-            redundancy_switches=int(inp.get("redundancy_switches", 0)),
-            srt_stats=inp.get("srt_stats"),
-            srt_leg2_stats=inp.get("srt_leg2_stats"),
+            packets_lost=inp.packets_lost,
+            packets_filtered=inp.packets_filtered,
+            packets_recovered_fec=inp.packets_recovered_fec,
+            redundancy_switches=inp.redundancy_switches,
+            srt_stats=inp.srt_stats,
+            srt_leg2_stats=inp.srt_leg2_stats,
         )
-        running_outputs = {str(o.get("output_id")): o for o in counters.get("outputs", [])}
+        running_outputs = {o.output_id: o for o in counters.outputs}
         outputs = []
         for output in flow.outputs:
+            label = output_type_label(output.type)
             live = running_outputs.get(output.id)
             if live is None:
-                outputs.append(
-                    OutputStats(
-                        output_id=output.id, output_name=output.name, output_type=output_type_label(output.type)
-                    )
-                )
+                outputs.append(OutputStats(output_id=output.id, output_name=output.name, output_type=label))
                 continue
             outputs.append(
                 OutputStats(
                     output_id=output.id,
                     output_name=output.name,
-                    output_type=output_type_label(output.type),
-                    state=str(live.get("state", "active")),
-                    packets_sent=int(live.get("packets_sent", 0)),
-                    bytes_sent=int(live.get("bytes_sent", 0)),
+                    output_type=label,
+                    state=live.state,
+                    packets_sent=live.packets_sent,
+                    bytes_sent=live.bytes_sent,
                     bitrate_bps=_rate(history, lambda s, oid=output.id: s.bytes_out.get(oid, 0)),
-                    packets_dropped=int(live.get("packets_dropped", 0)),
-                    fec_packets_sent=int(live.get("fec_packets_sent", 0)),
-                    srt_stats=live.get("srt_stats"),
-                    srt_leg2_stats=live.get("srt_leg2_stats"),
+                    packets_dropped=live.packets_dropped,
+                    fec_packets_sent=live.fec_packets_sent,
+                    srt_stats=live.srt_stats,
+                    srt_leg2_stats=live.srt_leg2_stats,
                 )
             )
-        analysis = counters.get("analysis") or {}
-        tr = analysis.get("tr101290")
-        media = analysis.get("media") if flow.media_analysis else None
-        iat = analysis.get("iat")
+        analysis = counters.analysis
+        media = analysis.media if flow.media_analysis else None
         return FlowStats(
             flow_id=flow.id,
             flow_name=flow.name,
-            state=runtime.state,
-            health=_health(runtime.state, history, bitrate_in),
-            uptime_secs=int(now - runtime.started_at) if runtime.started_at is not None else 0,
+            state=state,
+            health=_health(state, history, bitrate_in),
+            uptime_secs=uptime,
             input=input_stats,
             outputs=outputs,
-            tr101290=Tr101290Stats(**tr) if tr is not None else None,
+            tr101290=analysis.tr101290,
             media_analysis=_media(flow, media, inp) if media is not None else None,
-            iat=IatStats(**iat) if iat is not None else None,
-            pdv_jitter_us=analysis.get("pdv_jitter_us"),
+            iat=analysis.iat,
+            pdv_jitter_us=analysis.pdv_jitter_us,
         )
 
 
-def _media(flow: FlowConfig, media: dict[str, Any], inp: dict[str, Any]) -> MediaAnalysis:
+def _media(flow: FlowConfig, media: MediaCounters, inp: InputCounters) -> MediaAnalysis:
     fec = getattr(flow.input, "fec_decode", None)
     redundancy = getattr(flow.input, "redundancy", None)
     fec_info = None
     if fec is not None:
-        fec_info = {"standard": "SMPTE 2022-1", "columns": fec.columns, "rows": fec.rows, **(inp.get("fec") or {})}
+        fec_counts = inp.fec.model_dump() if inp.fec is not None else {}
+        fec_info = {"standard": "SMPTE 2022-1", "columns": fec.columns, "rows": fec.rows, **fec_counts}
     redundancy_info = None
     if redundancy is not None:
         standard = "SMPTE 2022-7" if flow.input.type == "rtp" else "dual-leg"
-        redundancy_info = {"standard": standard, **(inp.get("redundancy") or {})}
+        counts = inp.redundancy.model_dump(exclude_none=True) if inp.redundancy is not None else {}
+        redundancy_info = {"standard": standard, **counts}
     return MediaAnalysis(
         protocol=flow.input.type,
-        payload_format=str(inp.get("payload_format") or ("rtp_ts" if flow.input.type == "rtp" else "raw_ts")),
+        payload_format=inp.payload_format,
         fec=fec_info,
         redundancy=redundancy_info,
-        **media,
+        **media.model_dump(),
     )
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from appliance.models.config import FlowConfig
-from appliance.models.stats import FlowState, Health
+from appliance.models.events import Event
+from appliance.models.stats import FlowCounters, FlowState, Health
+from services.edge.lifecycle import FlowLifecycle, Trigger
 from services.edge.stats import StatsAggregator
 
 FLOW = FlowConfig.model_validate(
@@ -22,38 +22,56 @@ FLOW = FlowConfig.model_validate(
 
 def counters(
     t: float, *, lost: int = 0, cc: int = 0, tei: int = 0, sync_loss: int = 0, rate_bps: int = 8_000_000
-) -> dict[str, Any]:
+) -> FlowCounters:
     byte_count = int(rate_bps / 8 * t)
     tr = {"ts_packets_analyzed": 100, "sync_loss_count": sync_loss, "cc_errors": cc, "tei_errors": tei}
-    return {
-        "input": {
-            "state": "receiving",
-            "packets_received": int(t * 1000),
-            "bytes_received": byte_count,
-            "packets_lost": lost,
-        },
-        "outputs": [{"output_id": "o", "state": "active", "packets_sent": int(t * 1000), "bytes_sent": byte_count}],
-        "analysis": {
-            "tr101290": tr,
-            "media": None,
-            "iat": {"min_us": 1.0, "max_us": 3.0, "avg_us": 2.0},
-            "pdv_jitter_us": 5.0,
-        },
-    }
+    return FlowCounters.model_validate(
+        {
+            "input": {
+                "state": "receiving",
+                "packets_received": int(t * 1000),
+                "bytes_received": byte_count,
+                "packets_lost": lost,
+            },
+            "outputs": [{"output_id": "o", "state": "active", "packets_sent": int(t * 1000), "bytes_sent": byte_count}],
+            "analysis": {
+                "tr101290": tr,
+                "media": None,
+                "iat": {"min_us": 1.0, "max_us": 3.0, "avg_us": 2.0},
+                "pdv_jitter_us": 5.0,
+            },
+        }
+    )
 
 
-def running(samples: list[tuple[float, dict[str, Any]]]) -> StatsAggregator:
-    agg = StatsAggregator("0.1.0", started_at=0.0)
-    runtime = agg.runtime("f")
-    runtime.state, runtime.started_at = FlowState.RUNNING, 0.0
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def aggregator(*triggers: Trigger) -> tuple[StatsAggregator, list[Event]]:
+    """An aggregator over a lifecycle holding flow ``f``, taken through ``triggers`` at t=0."""
+    events: list[Event] = []
+    lifecycle = FlowLifecycle(events.append, Clock())
+    lifecycle.add("f")
+    for trigger in triggers:
+        lifecycle.fire("f", trigger, "boom" if "FAIL" in trigger.name else None)
+    return StatsAggregator("0.1.0", 0.0, lifecycle), events
+
+
+def running(samples: list[tuple[float, FlowCounters]]) -> StatsAggregator:
+    agg, _ = aggregator(Trigger.START, Trigger.STARTED)
     for t, c in samples:
         agg.on_counters({"f": c}, t)
     return agg
 
 
 def test_stopped_flows_report_zeros() -> None:
-    agg = StatsAggregator("0.1.0", started_at=0.0)
-    agg.runtime("f").state = FlowState.STOPPED
+    agg, _ = aggregator(Trigger.START, Trigger.STARTED, Trigger.STOP)
+    agg.on_counters({"f": counters(1.0)}, 1.0)  # a late report of the stopped flow is ignored
     stats = agg.flow_stats(FLOW, 5.0)
     assert stats.health is Health.HEALTHY and stats.tr101290 is None and stats.iat is None
     assert stats.input.packets_received == 0 and stats.outputs[0].packets_sent == 0
@@ -97,6 +115,15 @@ def test_errors_age_out_of_the_ten_second_window() -> None:
 
 
 def test_error_state_is_critical() -> None:
-    agg = StatsAggregator("0.1.0", started_at=0.0)
-    agg.runtime("f").state = FlowState.ERROR
+    agg, _ = aggregator(Trigger.START, Trigger.START_FAILED)
     assert agg.flow_stats(FLOW, 1.0).health is Health.CRITICAL
+
+
+def test_a_restart_starts_from_a_fresh_baseline() -> None:
+    agg = running([(t / 4, counters(t / 4, cc=1)) for t in range(0, 8)])
+    assert agg.flow_stats(FLOW, 2.0).health is Health.ERROR
+    agg.lifecycle.fire("f", Trigger.STOP)
+    agg.lifecycle.fire("f", Trigger.START)
+    agg.lifecycle.fire("f", Trigger.STARTED)
+    stats = agg.flow_stats(FLOW, 2.0)
+    assert stats.state is FlowState.RUNNING and stats.tr101290 is None  # no report since the restart

@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import trio
+from pydantic import ValidationError
 
 from appliance.models.config import FlowConfig, OutputConfig
+from appliance.models.events import Event
+from appliance.models.stats import FlowCounters
 from services.edge.engine.ipc import MessageStream
 
 COMMAND_TIMEOUT_S: Final = 10.0
@@ -74,7 +77,8 @@ class _Worker:
     alive: bool = True
 
 
-StatsCallback = Callable[[dict[str, dict[str, Any]]], None]
+StatsCallback = Callable[[dict[str, FlowCounters]], None]
+EventCallback = Callable[[Event], object]
 FailureCallback = Callable[[str, str], None]
 LostCallback = Callable[[list[str]], None]
 
@@ -89,6 +93,7 @@ class Engine:
         on_stats: StatsCallback,
         on_flow_failed: FailureCallback,
         on_workers_lost: LostCallback,
+        on_event: EventCallback,
         log_level: str = "info",
         pin_cpus: bool = False,
         worker_nice: int = WORKER_NICE,
@@ -102,6 +107,9 @@ class Engine:
         self._on_stats = on_stats
         self._on_flow_failed = on_flow_failed
         self._on_workers_lost = on_workers_lost
+        self._on_event = on_event
+        self.rejected_reports = 0
+        """Worker reports that did not validate against the contract (should stay 0)."""
         self._log_level = log_level
         self._workers: list[_Worker | None] = [None] * workers
         self._flow_worker: dict[str, int] = {}
@@ -197,12 +205,39 @@ class Engine:
                     pending.reply = message
                     pending.done.set()
             elif op == "stats":
-                self._on_stats(message.get("flows") or {})
+                self._on_stats(self._typed_reports(message.get("flows")))
+            elif op == "events":
+                for raw in message.get("events") or []:
+                    try:
+                        event = Event.model_validate(raw)
+                    except ValidationError as exc:
+                        self._reject("event", exc)
+                        continue
+                    self._on_event(event)
             elif op == "flow_failed":
                 flow_id = str(message.get("flow_id"))
                 worker.flows.discard(flow_id)
                 self._flow_worker.pop(flow_id, None)
                 self._on_flow_failed(flow_id, str(message.get("error")))
+
+    def _typed_reports(self, flows: object) -> dict[str, FlowCounters]:
+        """The worker's per-flow counters, validated against the one contract (style: the
+        worker built them with the same models). A report that does not validate is dropped,
+        logged and counted, so a mismatch shows without ever breaking ``GET /api/v1/stats``."""
+        typed: dict[str, FlowCounters] = {}
+        if not isinstance(flows, dict):
+            return typed
+        for flow_id, raw in flows.items():
+            try:
+                typed[str(flow_id)] = FlowCounters.model_validate(raw)
+            except ValidationError as exc:
+                self._reject(f"stats of flow {flow_id!r}", exc)
+        return typed
+
+    def _reject(self, what: str, exc: ValidationError) -> None:
+        self.rejected_reports += 1
+        if self.rejected_reports <= 10:  # a persistent mismatch logs a few times, then counts
+            _log.error("engine report rejected (%s): %s", what, exc.errors(include_input=False, include_url=False))
 
     async def _request(self, worker: _Worker, message: dict[str, Any]) -> None:
         if not worker.alive:
@@ -238,6 +273,10 @@ class Engine:
 
     def is_running(self, flow_id: str) -> bool:
         return flow_id in self._flow_worker
+
+    def running_flows(self) -> set[str]:
+        """The flows the engine runs (or is starting) now: what a config apply must stop."""
+        return set(self._flow_worker)
 
     async def start_flow(self, flow: FlowConfig) -> None:
         """Start ``flow`` on the least-loaded worker; returns once its input is bound."""

@@ -24,6 +24,7 @@ from typing import Final
 import trio
 
 from appliance.models.config import RtpOutput, UdpOutput, split_host_port
+from appliance.models.stats import OutputCounters
 from appliance.netio import BatchSender, join_multicast, set_dscp, set_socket_buffers
 from services.edge.core.fec import FecEncoder
 from services.edge.core.rtp import PT_MP2T, build_rtp_header
@@ -60,9 +61,13 @@ def open_input_socket(bind_addr: str, interface_addr: str | None) -> socket.sock
     family, (host, port) = sockaddr(bind_addr)
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        set_socket_buffers(sock, rcvbuf=INPUT_RCVBUF_BYTES)
         multicast = ipaddress.ip_address(host).is_multicast
+        if multicast:
+            # Only multicast shares an address: each socket bound to the group gets a copy
+            # (ip(7)). A unicast input never does, so a second bind on its address fails
+            # here instead of silently taking its feed (the service refuses it first: 409).
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        set_socket_buffers(sock, rcvbuf=INPUT_RCVBUF_BYTES)
         sock.bind((host, port))
         if multicast:
             join_multicast(sock, host, interface_addr)
@@ -330,12 +335,12 @@ class UdpOutputDriver:
             self._blocked = False
             self.flush()
 
-    def counters(self) -> dict[str, object]:
-        return {
-            "output_id": self.output_id,
-            "state": self.state,
-            "packets_sent": self.packets_sent,
-            "bytes_sent": self.bytes_sent,
-            "packets_dropped": self.packets_dropped,
-            "fec_packets_sent": self.fec_packets_sent,
-        }
+    def counters(self) -> OutputCounters:
+        return OutputCounters(
+            output_id=self.output_id,
+            state=self.state,
+            packets_sent=self.packets_sent,
+            bytes_sent=self.bytes_sent,
+            packets_dropped=self.packets_dropped,
+            fec_packets_sent=self.fec_packets_sent,
+        )

@@ -22,6 +22,7 @@ import trio
 from pydantic import TypeAdapter, ValidationError
 
 from appliance.models.config import FlowConfig, OutputConfig
+from services.edge.core.watch import FlowWatch
 from services.edge.engine.flow import FlowRuntime
 from services.edge.engine.ipc import STATS_INTERVAL_S, MessageStream
 from services.edge.engine.udp import FlowStartError
@@ -38,6 +39,8 @@ class Worker:
         self.nursery = nursery
         self.flows: dict[str, FlowRuntime] = {}
         self._failures: list[dict[str, Any]] = []
+        self._watches: dict[str, FlowWatch] = {}  # flow id -> its event rules (new per start)
+        self._orphan_events: list[dict[str, Any]] = []  # events of flows that ended since the last report
         self._handlers = {
             "start_flow": self._start_flow,
             "stop_flow": self._stop_flow,
@@ -69,6 +72,7 @@ class Worker:
         if config.id in self.flows:
             raise FlowStartError(f"flow {config.id!r} is already running")
         runtime = FlowRuntime(config, self._flow_failed)
+        self._watches.pop(config.id, None)
         await self.nursery.start(self._run_flow, runtime)
 
     async def _run_flow(
@@ -80,9 +84,13 @@ class Worker:
         finally:
             if self.flows.get(runtime.flow_id) is runtime:
                 del self.flows[runtime.flow_id]
+            while runtime.pending_events:
+                self._orphan_events.append(runtime.pending_events.popleft().model_dump(mode="json", exclude_none=True))
 
     async def _stop_flow(self, message: dict[str, Any]) -> None:
-        runtime = self.flows.pop(str(message["flow_id"]), None)
+        flow_id = str(message["flow_id"])
+        runtime = self.flows.pop(flow_id, None)
+        self._watches.pop(flow_id, None)
         if runtime is not None:
             runtime.stop()
 
@@ -105,15 +113,34 @@ class Worker:
         self._failures.append({"op": "flow_failed", "flow_id": flow_id, "error": error})
 
     async def report(self) -> None:
-        """Send every flow's counters at a fixed cadence, and failures as they happen."""
+        """Every ``STATS_INTERVAL_S``: failures, then events, then every flow's typed counters."""
         while True:
             await trio.sleep(STATS_INTERVAL_S)
             # The arrival clock of the flows (kernel receive times mapped onto CLOCK_MONOTONIC),
             # not trio's clock, which has an offset of its own.
             now = time.monotonic()
+            flows: dict[str, Any] = {}
+            events, self._orphan_events = self._orphan_events, []
+            for flow_id, runtime in list(self.flows.items()):
+                try:
+                    counters = runtime.counters(now)
+                    watch = self._watches.get(flow_id)
+                    if watch is None:
+                        watch = self._watches[flow_id] = FlowWatch(flow_id)
+                    for event in watch.update(runtime.signal_state(now), counters.analysis.tr101290, now):
+                        runtime.publish(event)
+                except Exception as exc:  # a counting bug must not end the reports of other flows
+                    runtime.internal_error("stats report failed", exc)
+                else:
+                    flows[flow_id] = counters.model_dump(mode="json")
+                while runtime.pending_events:
+                    events.append(runtime.pending_events.popleft().model_dump(mode="json", exclude_none=True))
+            for gone in set(self._watches) - set(self.flows):
+                del self._watches[gone]
             while self._failures:
                 await self.link.send(self._failures.pop(0))
-            flows = {flow_id: runtime.counters(now) for flow_id, runtime in self.flows.items()}
+            if events:
+                await self.link.send({"op": "events", "events": events})
             await self.link.send({"op": "stats", "flows": flows})
 
 
