@@ -20,59 +20,23 @@ Pure functions, no I/O: the values are checked again by the pydantic model.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from cli.errors import UsageError
 
-_INT: Final = "int"
-_BOOL: Final = "bool"
-_STR: Final = "str"
-_FEC: Final = "fec"
 
-# query key -> (field, kind); spellings of srt-live-transmit map onto interop names.
-_SRT_KEYS: Final = {
-    "mode": ("mode", _STR),
-    "latency": ("latency_ms", _INT),
-    "latency_ms": ("latency_ms", _INT),
-    "rcvlatency": ("recv_latency_ms", _INT),
-    "recv_latency_ms": ("recv_latency_ms", _INT),
-    "peerlatency": ("peer_latency_ms", _INT),
-    "peer_latency_ms": ("peer_latency_ms", _INT),
-    "passphrase": ("passphrase", _STR),
-    "pbkeylen": ("aes_key_len", _INT),
-    "aes_key_len": ("aes_key_len", _INT),
-    "crypto_mode": ("crypto_mode", _STR),
-    "streamid": ("stream_id", _STR),
-    "stream_id": ("stream_id", _STR),
-    "packet_filter": ("packet_filter", _STR),
-    "local_addr": ("local_addr", _STR),
-    "peer_idle_timeout_secs": ("peer_idle_timeout_secs", _INT),
-    "connect_timeout_secs": ("connect_timeout_secs", _INT),
-    "payload_size": ("payload_size", _INT),
-    "maxbw": ("max_bw", _INT),
-    "max_bw": ("max_bw", _INT),
-    "enforced_encryption": ("enforced_encryption", _BOOL),
-}
-_RTP_INPUT_KEYS: Final = {
-    "interface_addr": ("interface_addr", _STR),
-    "fec": ("fec_decode", _FEC),
-    "fec_decode": ("fec_decode", _FEC),
-    "tr07_mode": ("tr07_mode", _BOOL),
-    "max_bitrate_mbps": ("max_bitrate_mbps", "float"),
-}
-_UDP_INPUT_KEYS: Final = {"interface_addr": ("interface_addr", _STR)}
-_UDP_OUTPUT_KEYS: Final = {
-    "name": ("name", _STR),
-    "bind_addr": ("bind_addr", _STR),
-    "interface_addr": ("interface_addr", _STR),
-    "dscp": ("dscp", _INT),
-}
-_RTP_OUTPUT_KEYS: Final = {**_UDP_OUTPUT_KEYS, "fec": ("fec_encode", _FEC), "fec_encode": ("fec_encode", _FEC)}
-_SRT_OUTPUT_KEYS: Final = {**_SRT_KEYS, "name": ("name", _STR)}
+def _scheme_table(kinds: Any) -> dict[str, Any]:
+    """URL scheme -> kind, from the kind registry (``appliance.models.kinds``)."""
+    return {kind.url_scheme: kind for kind in kinds.values() if kind.url_scheme is not None}
 
-INPUT_SCHEMES: Final = ("rtp", "udp", "srt")
-OUTPUT_SCHEMES: Final = ("udp", "rtp", "srt")
+
+def _registry() -> Any:
+    # Imported on use: the registry brings pydantic, which `mp flow list` never needs.
+    from appliance.models import kinds
+
+    return kinds
 
 
 def _address(url: str, option: str, *, default_host: str | None) -> tuple[str, str, int]:
@@ -96,7 +60,7 @@ def _address(url: str, option: str, *, default_host: str | None) -> tuple[str, s
     return parts.scheme.lower(), f"{host}:{port}", port
 
 
-def _query(url: str, option: str, allowed: dict[str, tuple[str, str]]) -> dict[str, Any]:
+def _query(url: str, option: str, allowed: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for key, raw in parse_qsl(urlsplit(url).query, keep_blank_values=True):
         spec = allowed.get(key)
@@ -109,7 +73,7 @@ def _query(url: str, option: str, allowed: dict[str, tuple[str, str]]) -> dict[s
 
 
 def _convert(raw: str, kind: str, what: str) -> Any:
-    if kind == _INT:
+    if kind == "int":
         try:
             return int(raw)
         except ValueError:
@@ -119,14 +83,14 @@ def _convert(raw: str, kind: str, what: str) -> Any:
             return float(raw)
         except ValueError:
             raise UsageError(f"{what} must be a number, not {raw!r}") from None
-    if kind == _BOOL:
+    if kind == "bool":
         lowered = raw.lower()
         if lowered in ("1", "true", "yes", "on", ""):
             return True
         if lowered in ("0", "false", "no", "off"):
             return False
         raise UsageError(f"{what} must be true or false, not {raw!r}")
-    if kind == _FEC:
+    if kind == "fec":
         cols, sep, rows = raw.lower().partition("x")
         if not sep or not cols.isdigit() or not rows.isdigit():
             raise UsageError(f"{what} must be COLUMNSxROWS, e.g. 10x10, not {raw!r}")
@@ -134,7 +98,7 @@ def _convert(raw: str, kind: str, what: str) -> Any:
     return raw
 
 
-def _srt_fields(url: str, option: str, allowed: dict[str, tuple[str, str]]) -> dict[str, Any]:
+def _srt_fields(url: str, option: str, allowed: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
     _, addr, port = _address(url, option, default_host="0.0.0.0")
     fields = _query(url, option, allowed)
     host = urlsplit(url).hostname or ""
@@ -155,36 +119,39 @@ def _srt_fields(url: str, option: str, allowed: dict[str, tuple[str, str]]) -> d
 
 
 def parse_input(url: str, option: str = "--input") -> dict[str, Any]:
-    """The input object for an `rtp://`, `udp://` or `srt://` URL."""
+    """The input object for a URL whose scheme names an input kind (`rtp://`, `udp://`, `srt://`)."""
     scheme = urlsplit(url).scheme.lower()
+    kinds = _scheme_table(_registry().INPUT_KINDS)
+    kind = kinds.get(scheme)
+    if kind is None:
+        raise UsageError(
+            f"{option} {url!r}: the scheme must be one of " + ", ".join(f"{s}://" for s in kinds),
+            hint="e.g. --input rtp://0.0.0.0:5000",
+        )
     if scheme == "srt":
-        return {"type": "srt", **_srt_fields(url, option, _SRT_KEYS)}
-    if scheme in ("rtp", "udp"):
-        _, addr, _ = _address(url, option, default_host="0.0.0.0")
-        keys = _RTP_INPUT_KEYS if scheme == "rtp" else _UDP_INPUT_KEYS
-        return {"type": scheme, "bind_addr": addr, **_query(url, option, keys)}
-    raise UsageError(
-        f"{option} {url!r}: the scheme must be one of " + ", ".join(f"{s}://" for s in INPUT_SCHEMES),
-        hint="e.g. --input rtp://0.0.0.0:5000",
-    )
+        return {"type": kind.type, **_srt_fields(url, option, kind.url_query)}
+    _, addr, _ = _address(url, option, default_host="0.0.0.0")
+    return {"type": kind.type, "bind_addr": addr, **_query(url, option, kind.url_query)}
 
 
 def parse_output(url: str, output_id: str, option: str = "--output") -> dict[str, Any]:
-    """The output object for a `udp://`, `rtp://` or `srt://` URL; `name` defaults to the id."""
+    """The output object for a URL whose scheme names an output kind; `name` defaults to the id."""
     scheme = urlsplit(url).scheme.lower()
+    kinds = _scheme_table(_registry().OUTPUT_KINDS)
+    kind = kinds.get(scheme)
+    if kind is None:
+        raise UsageError(
+            f"{option} {url!r}: the scheme must be one of " + ", ".join(f"{s}://" for s in kinds),
+            hint="e.g. --output udp://239.1.1.1:5000",
+        )
     if scheme == "srt":
-        fields = _srt_fields(url, option, _SRT_OUTPUT_KEYS)
+        fields = _srt_fields(url, option, kind.url_query)
         name = fields.pop("name", output_id)
-        return {"type": "srt", "id": output_id, "name": name, **fields}
-    if scheme in ("udp", "rtp"):
-        _, addr, _ = _address(url, option, default_host=None)
-        fields = _query(url, option, _RTP_OUTPUT_KEYS if scheme == "rtp" else _UDP_OUTPUT_KEYS)
-        name = fields.pop("name", output_id)
-        return {"type": scheme, "id": output_id, "name": name, "dest_addr": addr, **fields}
-    raise UsageError(
-        f"{option} {url!r}: the scheme must be one of " + ", ".join(f"{s}://" for s in OUTPUT_SCHEMES),
-        hint="e.g. --output udp://239.1.1.1:5000",
-    )
+        return {"type": kind.type, "id": output_id, "name": name, **fields}
+    _, addr, _ = _address(url, option, default_host=None)
+    fields = _query(url, option, kind.url_query)
+    name = fields.pop("name", output_id)
+    return {"type": kind.type, "id": output_id, "name": name, "dest_addr": addr, **fields}
 
 
 def next_output_id(taken: set[str]) -> str:
@@ -209,4 +176,4 @@ def validation_lines(exc: Any) -> list[str]:
 
 def _is_tag(part: Any, err: dict[str, Any]) -> bool:
     # A discriminated union puts the tag (e.g. 'rtp') into the location: input.rtp.bind_addr.
-    return isinstance(part, str) and part in ("rtp", "udp", "srt", "rtmp", "rtsp", "webrtc", "whep", "hls")
+    return isinstance(part, str) and part in _registry().UNION_TAGS

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import json
 import urllib.parse
 from collections import deque
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import jwt
 
 from appliance import errors
 from appliance.models.config import ServerAuth
+from appliance.untrusted import JsonTooDeep, load_json
 
 ISSUER: Final = "mediaplane-edge"
 Role = Literal["admin", "monitor"]
@@ -45,13 +45,17 @@ def parse_token_request(content_type: str, body: bytes, authorization: str | Non
     """Read a client-credentials request from a JSON or form body and/or HTTP Basic auth.
 
     RFC 6749 §2.3.1 allows the credentials in a Basic header; when header and body
-    both name them and disagree, the request is rejected (interop.md 4).
+    both name them and disagree, the request is rejected (interop.md 4). A JSON body
+    nested deeper than ``appliance.untrusted.MAX_JSON_DEPTH`` is InvalidInput, as any
+    other malformed body (RFC 6749 §5.2 ``invalid_request``).
     """
     mimetype = content_type.split(";", 1)[0].strip().lower()
     fields: dict[str, str] = {}
     if mimetype == "application/json":
         try:
-            parsed = json.loads(body or b"{}")
+            parsed = load_json(body or b"{}")
+        except JsonTooDeep as exc:
+            raise errors.InvalidInput(str(exc)) from None
         except (ValueError, UnicodeDecodeError):
             raise errors.InvalidInput("malformed JSON body") from None
         if not isinstance(parsed, dict):

@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from appliance.untrusted import error_message
+
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_ERRORS_SHOWN = 3
 
@@ -63,13 +65,15 @@ def json_path(loc: Sequence[int | str], data: Any) -> str:
 def describe_validation_error(exc: ValidationError, data: Any) -> str:
     """One line: ``<json path>: <message>`` for the first errors, without input values.
 
-    Built from ``exc.errors(include_input=False)``. Never use ``str(exc)``: pydantic puts
-    the offending input values, secrets included, into it (style.md section 3).
+    Built from ``exc.errors(include_input=False)``, each message worded by
+    ``appliance.untrusted.error_message`` (no rejected value, no rejected length). Never
+    use ``str(exc)``: pydantic puts the offending input values, secrets included, into it
+    (style.md section 3).
     """
-    errors = exc.errors(include_input=False, include_url=False, include_context=False)
+    errors = exc.errors(include_input=False, include_url=False)
     shown = []
     for error in errors[:_MAX_ERRORS_SHOWN]:
-        message = error["msg"].removeprefix("Value error, ")
+        message = error_message(error).removeprefix("Value error, ")
         shown.append(f"{json_path(error['loc'], data)}: {message}")
     text = "; ".join(shown)
     if len(errors) > _MAX_ERRORS_SHOWN:

@@ -21,13 +21,13 @@ import secrets as _random
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, Strict, ValidationError
 
 from appliance.config._dump import revealed_json
 from appliance.config._problems import FileProblem, describe_validation_error
@@ -41,6 +41,7 @@ from appliance.models.config import (
     StrictModel,
     TlsConfig,
 )
+from appliance.untrusted import JsonTooDeep, load_json
 
 __all__ = [
     "FORMAT_PREFIX",
@@ -88,7 +89,7 @@ class EdgeSecrets(StrictModel):
     server_tls: TlsConfig | None = None
     manager_node_secret: SecretStr | None = Field(default=None, max_length=4096)
     manager_registration_token: SecretStr | None = Field(default=None, max_length=4096)
-    tunnels: dict[uuid.UUID, TunnelSecrets] = Field(default_factory=dict)
+    tunnels: dict[Annotated[uuid.UUID, Strict(False)], TunnelSecrets] = Field(default_factory=dict)
 
 
 def secrets_of(config: AppConfig) -> EdgeSecrets:
@@ -203,7 +204,9 @@ class SecretsFile:
                 ) from exc
 
         try:
-            data = json.loads(plaintext.decode("utf-8"))
+            data = load_json(plaintext.decode("utf-8"))
+        except JsonTooDeep as exc:
+            raise FileProblem(self.path, str(exc), invalid=False) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             # The messages carry a position only, never the document.
             raise FileProblem(self.path, f"the content is not JSON: {exc}", invalid=False) from exc

@@ -26,10 +26,18 @@ from pydantic import SecretStr, ValidationError
 
 from appliance.config._dump import Exclude, public_json, revealed_json
 from appliance.config._problems import FileProblem, describe_validation_error
-from appliance.config.atomic import atomic_write
-from appliance.config.secrets import EdgeSecrets, LoadedSecrets, SecretsFile, secrets_of
+from appliance.config.atomic import atomic_write, remove_stale_temp_files
+from appliance.config.secrets import (
+    KEY_FILE_NAME,
+    SECRETS_FILE_NAME,
+    EdgeSecrets,
+    LoadedSecrets,
+    SecretsFile,
+    secrets_of,
+)
 from appliance.errors import ConfigFileError, Internal, InvalidInput, PersistFailed
 from appliance.models.config import TUNNEL_SECRET_FIELDS, AppConfig, default_config
+from appliance.untrusted import JsonTooDeep, load_json
 
 __all__ = [
     "CONFIG_FILE_NAME",
@@ -236,7 +244,8 @@ class EdgeConfigStore:
         """Load the configuration at start, in the order of interop.md 1.1.
 
         Creates the directory (0700) and a default config.json when missing; generates
-        and persists ``node_id`` when absent; reads secrets.json (rewriting a legacy
+        and persists ``node_id`` when absent; removes the temp files left by interrupted
+        writes (logging how many); reads secrets.json (rewriting a legacy
         plaintext file encrypted); moves secrets found in config.json into secrets.json
         (secrets.json written first, the moved field names logged, never the values; a
         secret in both files takes the config.json value); generates a ``jwt_secret``
@@ -248,6 +257,7 @@ class EdgeConfigStore:
         """
         try:
             self._ensure_dir()
+            self._remove_stale_temp_files()
             raw = self._read_config_json(create_default=True)
             assembled = self._assemble(raw)
         except FileProblem as problem:
@@ -322,6 +332,13 @@ class EdgeConfigStore:
             raise FileProblem(self.config_dir, f"cannot create the directory: {exc.strerror}", invalid=False) from exc
         log.info("created %s", self.config_dir)
 
+    def _remove_stale_temp_files(self) -> None:
+        # Only at start: the edge is the directory's only writer, and it is not writing yet.
+        removed = remove_stale_temp_files(self.config_dir, (CONFIG_FILE_NAME, SECRETS_FILE_NAME, KEY_FILE_NAME))
+        if removed:
+            noun = "temp file" if removed == 1 else "temp files"
+            log.info("removed %d stale %s of interrupted writes from %s", removed, noun, self.config_dir)
+
     def _read_config_json(self, *, create_default: bool) -> dict[str, Any]:
         path = self.config_path
         try:
@@ -337,7 +354,9 @@ class EdgeConfigStore:
         except OSError as exc:
             raise FileProblem(path, f"cannot read: {exc.strerror}", invalid=False) from exc
         try:
-            data = json.loads(content.decode("utf-8"))
+            data = load_json(content.decode("utf-8"))
+        except JsonTooDeep as exc:
+            raise FileProblem(path, str(exc), invalid=False) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             # Both messages carry a position, never the document.
             raise FileProblem(path, f"not valid JSON: {exc}", invalid=False) from exc

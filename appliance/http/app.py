@@ -7,35 +7,41 @@ limit and the stack workarounds live in one place:
   handler answers without reading the request body (reproduced here), so a
   ``before_request`` hook reads every body first.
 - quart's ``get_json()`` answers HTML errors, so bodies are parsed with
-  ``json.loads`` and validated with pydantic (``read_json``).
+  ``appliance.untrusted.load_json`` (64 levels at most) and validated with pydantic
+  (``read_json``).
 - Access logs are written by the app itself so that ``?token=`` is redacted
-  (interop.md 4: the WebSocket token in the query never reaches a log).
+  (interop.md 4: the WebSocket token in the query never reaches a log): one line
+  per HTTP request, and one per WebSocket connection when it ends (an ASGI wrapper,
+  because quart-trio cancels the handler, and its after-websocket hooks, when the
+  client goes away).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 from pydantic import TypeAdapter, ValidationError
-from quart import Response, request
+from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from appliance import errors
 from appliance.http.envelope import ErrorBody, describe_validation_error, fail, status_for
+from appliance.untrusted import JsonTooDeep, load_json
 
 MAX_BODY_BYTES: Final = 1024 * 1024  # 1 MiB (interop.md 7: the manager's cap; the edge uses the same)
 _log = logging.getLogger("mediaplane.http")
 _access_log = logging.getLogger("mediaplane.access")
 
 T = TypeVar("T")
+_AsgiApp = Callable[[Scope, ASGIReceiveCallable, ASGISendCallable], Coroutine[Any, Any, None]]
 
 
 def create_app(name: str, *, error_body: ErrorBody = fail) -> QuartTrio:
@@ -44,6 +50,7 @@ def create_app(name: str, *, error_body: ErrorBody = fail) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = True
     app.url_map.strict_slashes = False
+    app.asgi_app = _with_websocket_access_log(app.asgi_app)  # type: ignore[method-assign,assignment]
 
     @app.before_request
     async def _read_body() -> None:
@@ -72,9 +79,10 @@ def create_app(name: str, *, error_body: ErrorBody = fail) -> QuartTrio:
     @app.errorhandler(HTTPException)
     async def _http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
+        method, path = _method_and_path()
         message = {
-            404: f"not found: {request.path}",
-            405: f"method {request.method} not allowed on {request.path}",
+            404: f"not found: {path}",
+            405: f"method {method} not allowed on {path}",
             413: f"request body larger than {MAX_BODY_BYTES} bytes",
         }.get(status, exc.name)
         # A refused body is left unread: close the connection so the client stops sending
@@ -84,10 +92,17 @@ def create_app(name: str, *, error_body: ErrorBody = fail) -> QuartTrio:
 
     @app.errorhandler(Exception)
     async def _internal_error(exc: Exception) -> Response:
-        _log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+        _log.error("unhandled error on %s %s", *_method_and_path(), exc_info=exc)
         return error_body("internal error", 500, None)
 
     return app
+
+
+def _method_and_path() -> tuple[str, str]:
+    # The error handlers also answer WebSocket handshakes, where ``request`` is unbound.
+    if has_websocket_context():
+        return "GET", websocket.path
+    return request.method, request.path
 
 
 async def read_json_object() -> dict[str, Any]:
@@ -97,7 +112,9 @@ async def read_json_object() -> dict[str, Any]:
         raise errors.InvalidInput("Content-Type must be application/json")
     raw = await request.get_data(cache=True)
     try:
-        body = json.loads(raw)
+        body = load_json(raw)
+    except JsonTooDeep as exc:
+        raise errors.InvalidInput(str(exc)) from None
     except (ValueError, UnicodeDecodeError):
         raise errors.InvalidInput("malformed JSON body") from None
     if not isinstance(body, dict):
@@ -117,6 +134,44 @@ def validate(adapter: TypeAdapter[T], data: Any, *, prefix: str = "") -> T:
         return adapter.validate_python(data)
     except ValidationError as exc:
         raise errors.InvalidInput(f"Validation failed: {describe_validation_error(exc, prefix)}") from None
+    except RecursionError:
+        # load_json keeps bodies to 64 levels; this is the backstop for data from elsewhere.
+        raise errors.InvalidInput("Validation failed: the body is nested too deeply") from None
+
+
+def _with_websocket_access_log(asgi_app: _AsgiApp) -> _AsgiApp:
+    """``asgi_app`` writing one access line per WebSocket connection, when it ends.
+
+    The status is 101 once accepted, else the refusal's (an HTTP answer, or 403 for a close
+    before the handshake, as hypercorn sends it). The line is written in ``finally``: a
+    client that goes away cancels the connection's task.
+    """
+
+    async def app(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if scope["type"] != "websocket":
+            await asgi_app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status = 500  # hypercorn's answer when the app ends without one
+
+        async def watched_send(event: ASGISendEvent) -> None:
+            nonlocal status
+            if event["type"] == "websocket.accept":
+                status = 101
+            elif event["type"] == "websocket.http.response.start":
+                status = event["status"]
+            elif event["type"] == "websocket.close" and status == 500:
+                status = 403  # closed before the handshake
+            await send(event)
+
+        try:
+            await asgi_app(scope, receive, watched_send)
+        finally:
+            elapsed_ms = (time.monotonic() - started) * 1000
+            query = "?<redacted>" if scope.get("query_string") else ""
+            _access_log.info("WS %s%s %d %.1fms", scope.get("path", ""), query, status, elapsed_ms)
+
+    return app
 
 
 async def serve(

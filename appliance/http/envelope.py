@@ -16,6 +16,8 @@ from pydantic import BaseModel, ValidationError
 from quart import Response
 
 from appliance import errors
+from appliance.models.kinds import UNION_TAGS
+from appliance.untrusted import error_message
 
 STATUS_BY_KIND: Final[tuple[tuple[type[errors.ApplianceError], int], ...]] = (
     (errors.InvalidInput, 400),
@@ -79,14 +81,15 @@ ErrorBody = Callable[[str, int, Mapping[str, str] | None], Response]
 def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
     """A one-line description of a pydantic error naming each JSON path.
 
-    Built from ``exc.errors(include_input=False)``: never ``str(exc)``, which
-    echoes the input values, secrets included.
+    Built from ``exc.errors(include_input=False)``, each message worded by
+    ``appliance.untrusted.error_message``, which keeps a limit but never tells a rejected
+    value or its length: never ``str(exc)``, which echoes the input values, secrets included.
     """
     parts = []
     for error in exc.errors(include_input=False, include_url=False):
         loc = [str(p) for p in error.get("loc", ()) if not _is_union_tag(p)]
         path = ".".join(([prefix] if prefix else []) + loc) or "body"
-        message = str(error.get("msg", "invalid"))
+        message = error_message(error)
         if error.get("type") == "extra_forbidden":
             message = "unknown key"
         parts.append(f"{path}: {message}")
@@ -99,7 +102,4 @@ def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
 def _is_union_tag(part: object) -> bool:
     # Discriminated unions put the tag ("rtp", "srt"...) in the location; the
     # user's JSON path does not contain it.
-    return isinstance(part, str) and part in _UNION_TAGS
-
-
-_UNION_TAGS: Final = frozenset({"rtp", "udp", "srt", "rtmp", "rtsp", "webrtc", "whep", "hls"})
+    return isinstance(part, str) and part in UNION_TAGS

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -96,7 +97,19 @@ BindAddr = Annotated[str, Field(max_length=300), _socket_addr(allow_port0=True)]
 HostPort = Annotated[str, Field(max_length=300), _socket_addr(allow_port0=False, allow_hostname=True)]
 """``<host>:<port>``; a hostname is allowed (``relay_addr``, ``peer_addr``)."""
 
-FlowId = Annotated[str, Field(pattern=ID_PATTERN, description="1-64 chars of [A-Za-z0-9_.-].")]
+
+def _not_only_dots(text: str) -> str:
+    # "." and ".." are path segments: a client that normalises the URL acts on another resource.
+    if not text.strip("."):
+        raise ValueError("must not be made of dots only")
+    return text
+
+
+FlowId = Annotated[
+    str,
+    Field(pattern=ID_PATTERN, description="1-64 chars of [A-Za-z0-9_.-], not only dots."),
+    AfterValidator(_not_only_dots),
+]
 Label = Annotated[str, Field(min_length=1, max_length=256)]
 UserSecret = Annotated[str, Field(max_length=4096)]
 
@@ -117,9 +130,14 @@ def _url(*schemes: str) -> Any:
 
 
 class StrictModel(BaseModel):
-    """Base for every config model: unknown keys are rejected."""
+    """Base for every config model: unknown keys are rejected, and types are not coerced.
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    Strict mode: a JSON string or a bool is refused where an int is wanted (``"46"``,
+    ``true``), a string or a number where a bool is wanted; an int still fills a float
+    field (not a bool). UUID fields say ``strict=False`` so that their JSON strings parse.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
 
 
 class FecParams(StrictModel):
@@ -405,7 +423,7 @@ class FlowConfig(StrictModel):
 
 
 class AuthClient(StrictModel):
-    client_id: Annotated[str, Field(pattern=ID_PATTERN)]
+    client_id: Annotated[str, Field(pattern=ID_PATTERN), AfterValidator(_not_only_dots)]
     client_secret: SecretStr = Field(min_length=16, max_length=256)
     role: Literal["admin", "monitor"]
 
@@ -460,7 +478,13 @@ def _check_wss(text: str) -> str:
     return text
 
 
-ManagerUrl = Annotated[str, Field(max_length=2048), AfterValidator(_check_wss)]
+def _check_url_characters(text: str) -> str:
+    if any(char.isspace() or unicodedata.category(char) == "Cc" for char in text):
+        raise ValueError("the manager URL must not contain whitespace or control characters")
+    return text
+
+
+ManagerUrl = Annotated[str, Field(max_length=2048), AfterValidator(_check_wss), AfterValidator(_check_url_characters)]
 
 
 class ManagerConfig(StrictModel):
@@ -469,7 +493,7 @@ class ManagerConfig(StrictModel):
     accept_self_signed_cert: bool = False
     cert_fingerprint: Annotated[str, AfterValidator(_check_fingerprint)] | None = None
     registration_token: SecretStr | None = Field(default=None, max_length=4096)
-    node_id: uuid.UUID | None = None
+    node_id: uuid.UUID | None = Field(default=None, strict=False)
     node_secret: SecretStr | None = Field(default=None, max_length=4096)
 
     @model_validator(mode="after")
@@ -491,7 +515,7 @@ Hex64Secret = Annotated[SecretStr, AfterValidator(_check_hex64)]
 class TunnelConfig(StrictModel):
     """An IP tunnel (interop.md 2.6)."""
 
-    id: uuid.UUID
+    id: uuid.UUID = Field(strict=False)
     name: Label
     enabled: bool = True
     protocol: Literal["tcp", "udp"]
@@ -532,7 +556,7 @@ class AppConfig(StrictModel):
     """The whole edge configuration, secrets merged in (interop.md 2)."""
 
     version: Literal[1] = 1
-    node_id: uuid.UUID | None = None
+    node_id: uuid.UUID | None = Field(default=None, strict=False)
     device_name: str | None = Field(default=None, max_length=256)
     setup_enabled: bool = True
     server: ServerConfig

@@ -356,11 +356,10 @@ class Clash:
     owner_address: ListenAddress
 
     def message(self) -> str:
-        """User-facing; names the owning flow (the addresses are the operator's own config)."""
-        mine = f"'{self.flow_id}' {self.address.role}" if self.address.role else f"'{self.flow_id}'"
+        """User-facing: names the flow that holds the address, never echoes the refused value."""
         return (
-            f"flow {mine} would listen on {self.address}, which flow '{self.owner}' already uses "
-            f"({self.owner_address.role})"
+            f"the {self.address.role} address is already used by flow '{self.owner}' "
+            f"({self.owner_address.role}); each flow needs its own listening addresses (multicast groups excepted)"
         )
 
 

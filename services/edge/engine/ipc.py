@@ -9,9 +9,10 @@ control → worker: ``start_flow {flow}``, ``stop_flow {flow_id}``,
 ``add_output {flow_id, output}``, ``remove_output {flow_id, output_id}``,
 ``shutdown``.
 
-worker → control: ``reply {id, ok, error?}``; ``stats {flows: {flow_id: counters}}``
-every ``STATS_INTERVAL_S``; ``flow_failed {flow_id, error}`` when a running
-flow's input dies.
+worker → control: ``reply {id, ok, error?}``; ``stats {flows: {flow_id: FlowCounters}}``
+every ``STATS_INTERVAL_S`` (the typed contract of ``appliance.models.stats``, validated on
+arrival); ``events {events: [Event]}`` (``appliance.models.events``) just before it when
+anything happened; ``flow_failed {flow_id, error}`` when a running flow's input dies.
 """
 
 from __future__ import annotations

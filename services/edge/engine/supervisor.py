@@ -288,7 +288,20 @@ class Engine:
         except BaseException:
             worker.flows.discard(flow.id)
             self._flow_worker.pop(flow.id, None)
+            # Without an answer (timeout, cancellation) the worker may still start it: tell it
+            # to drop the flow, so nothing runs there that this side does not know of.
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                await self._forget(worker, flow.id)
             raise
+
+    async def _forget(self, worker: _Worker, flow_id: str) -> None:
+        """A stop sent without waiting for its reply (idempotent on the worker)."""
+        if not worker.alive:
+            return
+        try:
+            await worker.link.send({"op": "stop_flow", "flow_id": flow_id, "id": next(self._ids)})
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
 
     async def stop_flow(self, flow_id: str) -> None:
         worker = self._worker_of(flow_id)
