@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "flow": ("cli.commands.flow", "app", True),
     "output": ("cli.commands.output", "app", True),
     "stats": ("cli.commands.stats", "stats", False),
+    "events": ("cli.commands.events", "events", False),
     "config": ("cli.commands.config", "app", True),
     "health": ("cli.commands.misc", "health", False),
     "auth": ("cli.commands.auth", "app", True),

@@ -167,10 +167,12 @@ def validation_lines(exc: Any) -> list[str]:
 
     `str(exc)` would print the offending values, secrets included (style guide 3).
     """
+    from appliance.untrusted import error_message  # the edge's wording: limits, never lengths
+
     lines = []
     for err in exc.errors(include_input=False, include_url=False):
         loc = ".".join(str(p) for p in err.get("loc", ()) if not _is_tag(p, err))
-        lines.append(f"{loc or '(body)'}: {err.get('msg', 'invalid')}")
+        lines.append(f"{loc or '(body)'}: {error_message(err)}")
     return lines
 
 

@@ -281,6 +281,41 @@ async def diagnostics() -> Response:
     return json_response(await trio.to_thread.run_sync(diag.collect))
 
 
+# --------------------------------------------------------------------------- events (an extension)
+
+_EVENTS_LIMIT_MAX = 1000
+_QUERY_INT_DIGITS = 18
+
+
+def _query_int(name: str, default: int, low: int, high: int, rule: str) -> int:
+    """A query parameter of decimal digits within [low, high]; InvalidInput naming the rule, never the value."""
+    text = request.args.get(name)
+    if text is None:
+        return default
+    # ASCII digits only: int() would also take "+1", " 1", "1_000" and other scripts' digits.
+    if not (0 < len(text) <= _QUERY_INT_DIGITS and text.isascii() and text.isdigit()):
+        raise errors.InvalidInput(f"{name} must be {rule}")
+    value = int(text)
+    if not low <= value <= high:
+        raise errors.InvalidInput(f"{name} must be {rule}")
+    return value
+
+
+@bp.get("/api/v1/events")
+@guarded("any")
+async def events() -> Response:
+    """The kept events with an id above ``since`` (default 0), oldest first, at most ``limit`` (1-1000).
+
+    An extension beyond the interface: ``{"events": [...], "last_id": n}``. A
+    client polls with ``since`` set to the last id it saw; ``last_id`` lower than
+    that means the edge restarted (ids start again at 1).
+    """
+    since = _query_int("since", 0, 0, 10**_QUERY_INT_DIGITS - 1, "a non-negative integer")
+    limit = _query_int("limit", _EVENTS_LIMIT_MAX, 1, _EVENTS_LIMIT_MAX, f"an integer from 1 to {_EVENTS_LIMIT_MAX}")
+    bus = edge().events
+    return ok({"events": bus.since(since, limit), "last_id": bus.last_id})
+
+
 # --------------------------------------------------------------------------- WebSocket stats
 
 
