@@ -58,6 +58,7 @@ class FlowAnalysis:
         self._last_arrival: float | None = None
         self.datagrams = 0
         self.internal_errors = 0
+        self.last_internal_exception: Exception | None = None
         self.last_internal_error: str | None = None
 
     @property
@@ -313,6 +314,7 @@ class FlowAnalysis:
     def _internal(self, exc: Exception) -> None:
         self.internal_errors += 1
         self.last_internal_error = f"{type(exc).__name__}: {exc}"
+        self.last_internal_exception = exc  # with its traceback: the engine logs and reports it
 
     def snapshot(self, now: float) -> dict[str, object]:
         """JSON-ready statistics at ``now`` (same clock as the arrivals).

@@ -55,7 +55,8 @@ from services.edge.engine.udp import TS_PACKET, FlowStartError
 
 _log = logging.getLogger("mediaplane.engine")
 SIGNAL_TIMEOUT_S: Final = 1.0  # no datagram for this long: the input state is "waiting"
-MAX_PENDING_EVENTS: Final = 256  # per flow, between two reports (oldest dropped, counted)
+MAX_PENDING_EVENTS: Final = 256  # per flow, between two reports (oldest dropped)
+INTERNAL_EVENT_EVERY_S: Final = 60.0  # internal-error events of one flow, at most one a minute
 _RTP_FIELDS: dict[tuple[int, int], struct.Struct] = {}  # (count, slot size) -> the batch's RTP headers
 
 
@@ -140,6 +141,8 @@ class FlowRuntime:
         self.decoder: FecDecoder | None = None
         self.pending_events: deque[Event] = deque(maxlen=MAX_PENDING_EVENTS)
         self.internal_errors = 0
+        self._internal_event_at: float | None = None
+        self._analysis_errors_seen = 0
         self._on_failed = on_failed
         self._nursery: trio.Nursery | None = None
         self._setup_protection()
@@ -204,13 +207,19 @@ class FlowRuntime:
     def stop(self) -> None:
         self.scope.cancel()
 
-    def internal_error(self, where: str, exc: BaseException) -> None:
-        """A broad catch is never silent: logged with its traceback once per flow, counted, an event."""
-        self.internal_errors += 1
-        if self.internal_errors == 1:
+    def internal_error(self, where: str, exc: BaseException, count: int = 1) -> None:
+        """A broad catch is never silent: the first one of a flow is logged with its traceback,
+        every one is counted, and an event says so (the first at once, then at most one a
+        minute with the count, so a fault at packet rate cannot flood the bus)."""
+        self.internal_errors += count
+        if self.internal_errors == count:
             _log.error("flow %s: %s", self.flow_id, where, exc_info=exc)
         else:
             _log.debug("flow %s: %s again (%d)", self.flow_id, where, self.internal_errors, exc_info=exc)
+        now = time.monotonic()
+        if self._internal_event_at is not None and now - self._internal_event_at < INTERNAL_EVENT_EVERY_S:
+            return
+        self._internal_event_at = now
         self.publish(
             critical(
                 EventCategory.FLOW,
@@ -510,11 +519,13 @@ class FlowRuntime:
             redundancy=redundancy,
             **self.input.extra_counters(),
         )
-        return FlowCounters(
-            input=inp,
-            outputs=[output.counters() for output in self.outputs],
-            analysis=AnalysisCounters.model_validate(self.analysis.snapshot(now_monotonic)),
-        )
+        analysis = AnalysisCounters.model_validate(self.analysis.snapshot(now_monotonic))
+        failed = self.analysis.internal_errors - self._analysis_errors_seen
+        if failed and self.analysis.last_internal_exception is not None:
+            # The analysis promises the data plane never sees a raise; what it caught shows here.
+            self._analysis_errors_seen = self.analysis.internal_errors
+            self.internal_error("analysis failed", self.analysis.last_internal_exception, failed)
+        return FlowCounters(input=inp, outputs=[output.counters() for output in self.outputs], analysis=analysis)
 
 
 def _first_leaf(exc: BaseException) -> BaseException:
