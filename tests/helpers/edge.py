@@ -12,6 +12,7 @@ moves it into the encrypted secrets.json on start, as in the field).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -182,3 +183,20 @@ def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> A
             return last
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
+
+
+def udp_port_bound(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether some socket holds UDP ``host:port``: a bind without SO_REUSEADDR fails with EADDRINUSE.
+
+    The edge's input sockets set SO_REUSEADDR; this probe does not, so it cannot share
+    the port with them: this is how a test sees from outside which inputs the engine holds.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
