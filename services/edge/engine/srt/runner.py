@@ -211,16 +211,6 @@ class SrtLegRunner:
             "pkt_retransmit_total": self._retired_retransmits + sum(int(s["pkt_retransmit_total"]) for s in samples),
             "uptime_ms": max((int(s["uptime_ms"]) for s in samples), default=0),
         }
-        out = {
-            "state": str(self.state),
-            "rtt_ms": max(float(s["rtt_ms"]) for s in samples),
-            "send_rate_mbps": sum(float(s["send_rate_mbps"]) for s in samples),
-            "recv_rate_mbps": sum(float(s["recv_rate_mbps"]) for s in samples),
-            "pkt_loss_total": sum(int(s["pkt_loss_total"]) for s in samples),
-            "pkt_retransmit_total": sum(int(s["pkt_retransmit_total"]) for s in samples),
-            "uptime_ms": max(int(s["uptime_ms"]) for s in samples),
-        }
-        return out
 
     # ---- lifetime
 
