@@ -118,16 +118,22 @@ def _srt_fields(url: str, option: str, allowed: Mapping[str, tuple[str, str]]) -
     return srt
 
 
-def parse_input(url: str, option: str = "--input") -> dict[str, Any]:
-    """The input object for a URL whose scheme names an input kind (`rtp://`, `udp://`, `srt://`)."""
+def _kind_of(url: str, option: str, kinds: Any, example: str) -> tuple[str, Any]:
+    """(scheme, kind) of a URL whose scheme names a kind of the registry; else a usage error."""
     scheme = urlsplit(url).scheme.lower()
-    kinds = _scheme_table(_registry().INPUT_KINDS)
-    kind = kinds.get(scheme)
+    table = _scheme_table(kinds)
+    kind = table.get(scheme)
     if kind is None:
         raise UsageError(
-            f"{option} {url!r}: the scheme must be one of " + ", ".join(f"{s}://" for s in kinds),
-            hint="e.g. --input rtp://0.0.0.0:5000",
+            f"{option} {url!r}: the scheme must be one of " + ", ".join(f"{s}://" for s in table),
+            hint=f"e.g. {option} {example}",
         )
+    return scheme, kind
+
+
+def parse_input(url: str, option: str = "--input") -> dict[str, Any]:
+    """The input object for a URL whose scheme names an input kind (`rtp://`, `udp://`, `srt://`)."""
+    scheme, kind = _kind_of(url, option, _registry().INPUT_KINDS, "rtp://0.0.0.0:5000")
     if scheme == "srt":
         return {"type": kind.type, **_srt_fields(url, option, kind.url_query)}
     _, addr, _ = _address(url, option, default_host="0.0.0.0")
@@ -136,14 +142,7 @@ def parse_input(url: str, option: str = "--input") -> dict[str, Any]:
 
 def parse_output(url: str, output_id: str, option: str = "--output") -> dict[str, Any]:
     """The output object for a URL whose scheme names an output kind; `name` defaults to the id."""
-    scheme = urlsplit(url).scheme.lower()
-    kinds = _scheme_table(_registry().OUTPUT_KINDS)
-    kind = kinds.get(scheme)
-    if kind is None:
-        raise UsageError(
-            f"{option} {url!r}: the scheme must be one of " + ", ".join(f"{s}://" for s in kinds),
-            hint="e.g. --output udp://239.1.1.1:5000",
-        )
+    scheme, kind = _kind_of(url, option, _registry().OUTPUT_KINDS, "udp://239.1.1.1:5000")
     if scheme == "srt":
         fields = _srt_fields(url, option, kind.url_query)
         name = fields.pop("name", output_id)

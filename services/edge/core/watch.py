@@ -16,6 +16,7 @@ the events to send. Two families (interop.md 11 and the analysis category):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -66,27 +67,21 @@ class FlowWatch:
                 if not alarm.raised:
                     alarm.raised = True
                     make = critical if priority == 1 else warning_event
-                    events.append(
-                        make(
-                            EventCategory.ANALYSIS,
-                            f"TR 101 290 priority {priority} alarm raised: {label}",
-                            flow_id=self.flow_id,
-                            indicator=name,
-                            priority=priority,
-                            count=count,
-                        )
-                    )
+                    events.append(self._alarm_event(make, "raised", name, priority, label, count))
             elif alarm.raised and now - alarm.last_error_at >= self.clear_after_s:
                 alarm.raised = False
-                events.append(
-                    info(
-                        EventCategory.ANALYSIS,
-                        f"TR 101 290 priority {priority} alarm cleared: {label}",
-                        flow_id=self.flow_id,
-                        indicator=name,
-                        priority=priority,
-                        count=count,
-                    )
-                )
+                events.append(self._alarm_event(info, "cleared", name, priority, label, count))
             alarm.last_count = count
         return events
+
+    def _alarm_event(
+        self, make: Callable[..., Event], action: str, name: str, priority: int, label: str, count: int
+    ) -> Event:
+        return make(
+            EventCategory.ANALYSIS,
+            f"TR 101 290 priority {priority} alarm {action}: {label}",
+            flow_id=self.flow_id,
+            indicator=name,
+            priority=priority,
+            count=count,
+        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import trio
@@ -25,6 +26,35 @@ SLOT_BYTES: Final = 2048
 TIMER_TICK_S: Final = 0.002  # protected flows drain and judge this often (architecture.md: 1-2 ms)
 MAX_BATCHES_PER_TICK: Final = 32  # per socket: bounds one tick's work (~2000 datagrams)
 _FEC: Final = -1  # the leg number of the FEC sockets in the protected pump
+
+
+async def drain(
+    sock: socket.socket,
+    flow: FlowPort,
+    in_place: Callable[[BatchReceiver, int], bool],
+    per_packet: Callable[[BatchReceiver, int], None],
+) -> None:
+    """Drain one socket per wakeup in bounded batches (recvmmsg with kernel timestamps, the
+    arrivals on the flow's monotonic clock): ``in_place`` takes a steady batch in the receive
+    slots, ``per_packet`` anything else, then the flow ends the batch (outputs sent, analysed)."""
+    receiver = BatchReceiver(
+        sock, batch=RECV_BATCH, slot_size=SLOT_BYTES, timestamps=True, clock_offset=flow.realtime_offset
+    )
+    end_batch = flow.end_batch
+    while True:
+        await trio.lowlevel.wait_readable(sock)
+        while True:
+            count = receiver.recv_batch()
+            if count == 0:
+                break
+            if not (receiver.slotted and in_place(receiver, count)):
+                per_packet(receiver, count)
+            end_batch()
+            if count == RECV_BATCH:
+                await trio.lowlevel.checkpoint()  # a full batch: let other flows run
+            # Otherwise read again before going back to epoll: datagrams that arrived while
+            # this batch was handled are taken now (one recvmmsg answering EAGAIN costs less
+            # than a round through the scheduler).
 
 
 class RtpInputDriver:
@@ -78,32 +108,20 @@ class RtpInputDriver:
         self.sockets.clear()
 
     async def _pump(self, sock: socket.socket, leg: int) -> None:
-        """Plain flows: drain one socket per wakeup, in bounded batches."""
+        """Plain flows: the steady batch in place, anything else packet by packet."""
         flow = self.flow
-        receiver = BatchReceiver(
-            sock, batch=RECV_BATCH, slot_size=SLOT_BYTES, timestamps=True, clock_offset=flow.realtime_offset
-        )
-        admit, on_rtp, in_place = flow.admit_rtp, flow.on_rtp, flow.rtp_run_in_place
-        while True:
-            await trio.lowlevel.wait_readable(sock)
-            while True:
-                count = receiver.recv_batch()
-                if count == 0:
-                    break
-                if not (receiver.slotted and in_place(receiver, count)):
-                    views, arrivals, sources = receiver.views, receiver.arrivals, receiver.sources
-                    for i in range(count):
-                        view = views[i]
-                        arrival = arrivals[i]
-                        header = admit(view, sources[i], arrival)
-                        if header is not None:
-                            on_rtp(leg, view, arrival, header)
-                flow.end_batch()
-                if count == RECV_BATCH:
-                    await trio.lowlevel.checkpoint()  # a full batch: let other flows run
-                # Otherwise read again before going back to epoll: datagrams that arrived while
-                # this batch was handled are taken now (one recvmmsg answering EAGAIN costs less
-                # than a round through the scheduler).
+        admit, on_rtp = flow.admit_rtp, flow.on_rtp
+
+        def per_packet(receiver: BatchReceiver, count: int) -> None:
+            views, arrivals, sources = receiver.views, receiver.arrivals, receiver.sources
+            for i in range(count):
+                view = views[i]
+                arrival = arrivals[i]
+                header = admit(view, sources[i], arrival)
+                if header is not None:
+                    on_rtp(leg, view, arrival, header)
+
+        await drain(sock, flow, flow.rtp_run_in_place, per_packet)
 
     async def _pump_protected(self) -> None:
         """2022-7 and FEC flows: every tick, drain every socket, then feed in arrival order.

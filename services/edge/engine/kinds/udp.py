@@ -13,7 +13,7 @@ import trio
 from appliance.models.config import OutputConfig, RtpOutput, UdpInput, UdpOutput
 from appliance.netio import BatchReceiver
 from services.edge.engine.kinds.base import FlowPort, OutputDriver
-from services.edge.engine.kinds.rtp import RECV_BATCH, SLOT_BYTES
+from services.edge.engine.kinds.rtp import drain
 from services.edge.engine.udp import UdpOutputDriver, open_input_socket
 
 
@@ -32,24 +32,15 @@ class UdpInputDriver:
         sock = self.sock
         assert sock is not None
         flow = self.flow
-        receiver = BatchReceiver(
-            sock, batch=RECV_BATCH, slot_size=SLOT_BYTES, timestamps=True, clock_offset=flow.realtime_offset
-        )
+        on_ts = flow.on_ts
+
+        def per_packet(receiver: BatchReceiver, count: int) -> None:
+            views, arrivals = receiver.views, receiver.arrivals
+            for i in range(count):
+                on_ts(0, views[i], arrivals[i])
+
         task_status.started()
-        on_ts, in_place = flow.on_ts, flow.ts_run_in_place
-        while True:
-            await trio.lowlevel.wait_readable(sock)
-            while True:
-                count = receiver.recv_batch()
-                if count == 0:
-                    break
-                if not (receiver.slotted and in_place(receiver, count)):
-                    views, arrivals = receiver.views, receiver.arrivals
-                    for i in range(count):
-                        on_ts(0, views[i], arrivals[i])
-                flow.end_batch()
-                if count == RECV_BATCH:
-                    await trio.lowlevel.checkpoint()
+        await drain(sock, flow, flow.ts_run_in_place, per_packet)
 
     def state(self, now_monotonic: float) -> str:
         return self.flow.signal_state(now_monotonic)
