@@ -11,6 +11,7 @@ packages=(
   iproute2                                           # network namespaces for multicast tests
   tshark                                             # a second opinion on TS continuity errors
   socat wrk                                          # benchmark peers and load
+  postgresql                                         # the manager's store tests run on a real PostgreSQL too
 )
 missing=()
 for p in "${packages[@]}"; do
