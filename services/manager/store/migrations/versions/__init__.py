@@ -1,0 +1,1 @@
+"""One module per revision, oldest first: ``v<rev>_<slug>.py``."""
