@@ -23,12 +23,13 @@ from quart_trio import QuartTrio
 
 from appliance.http.app import create_app
 from appliance.http.envelope import bare_fail, json_response
-from services.manager.service import SERVICE_NAME, ManagerService
+from services.manager.api import register_api
+from services.manager.service import SERVICE_CONFIG_KEY, SERVICE_NAME, ManagerService
 from services.manager.settings import TlsMode
 
 __all__ = ["HSTS", "SERVICE_KEY", "build_app", "manager_service", "security_headers", "with_security_headers"]
 
-SERVICE_KEY: Final = "MANAGER_SERVICE"
+SERVICE_KEY: Final = SERVICE_CONFIG_KEY
 HSTS: Final = (b"strict-transport-security", b"max-age=31536000")
 _ALWAYS: Final = ((b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"))
 # The ASGI events that open an answer, each carrying its headers.
@@ -46,6 +47,7 @@ def build_app(service: ManagerService) -> QuartTrio:
     headers = security_headers(hsts=service.tls_mode is TlsMode.DIRECT)
     app.asgi_app = with_security_headers(app.asgi_app, headers)  # type: ignore[method-assign,assignment]
     app.register_blueprint(bp)
+    register_api(app)
     return app
 
 

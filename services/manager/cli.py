@@ -1,7 +1,8 @@
 """``mp-manager``: the manager's command line (interop.md 1.3).
 
-``serve`` runs the service; ``--version`` prints the version ``/health`` reports. The other
-commands of interop.md 1.3 (``setup``, ``reset-password``, ``export``) come with the store.
+``serve`` runs the service; ``setup`` creates the first ``super_admin``; ``reset-password``
+sets a user's password and revokes their sessions; ``--version`` prints the version
+``/health`` reports. ``export`` (interop.md 1.3) is not built yet.
 
 Start-up stays light: trio, quart, hypercorn and cryptography are imported inside ``serve``.
 No ``from __future__ import annotations`` here: Typer would then evaluate every annotation
@@ -10,8 +11,9 @@ string on every start (as in ``cli/main.py``).
 
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
 
@@ -25,6 +27,12 @@ from services.manager.settings import (
     resolve_settings,
 )
 
+DATABASE_URL_ENV = "MEDIAPLANE_DATABASE_URL"
+DATABASE_URL_HELP = (
+    "Database of the store: postgresql://USER:PASSWORD@HOST/DB, or sqlite:////path/manager.db. "
+    "Default: $MEDIAPLANE_DATABASE_URL, else SQLite DATA_DIR/manager.db. Never logged."
+)
+T = TypeVar("T")
 EPILOG = (
     "Environment: MEDIAPLANE_JWT_SECRET and MEDIAPLANE_MASTER_KEY (required, 64 hex characters each), "
     "MEDIAPLANE_TLS_MODE (direct or behind_proxy; --tls-mode wins).  Exit codes: 0 stopped cleanly, "
@@ -86,9 +94,11 @@ def serve(
         str | None,
         typer.Option(
             "--database-url",
-            help="SQLAlchemy URL of the store (default: SQLite DATA_DIR/manager.db). Not used until the store lands.",
+            help=DATABASE_URL_HELP,
             metavar="URL",
+            envvar=DATABASE_URL_ENV,
             show_default=False,
+            show_envvar=False,
         ),
     ] = None,
     log_level: Annotated[LogLevel, typer.Option("--log-level", help="Logs go to stderr.")] = LogLevel.INFO,
@@ -111,6 +121,113 @@ def serve(
     from services.manager.main import serve_main
 
     serve_main(settings)
+
+
+DataDirOption = Annotated[
+    Path, typer.Option("--data-dir", help="Holds manager.db; created 0700 when missing.", metavar="DIR")
+]
+DatabaseUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help=DATABASE_URL_HELP,
+        metavar="URL",
+        envvar=DATABASE_URL_ENV,
+        show_default=False,
+        show_envvar=False,
+    ),
+]
+PasswordStdinOption = Annotated[
+    bool,
+    typer.Option(
+        "--password-stdin",
+        help="Read the password from one line of stdin (its trailing newline stripped) instead of prompting.",
+    ),
+]
+
+
+@app.command()
+def setup(
+    data_dir: DataDirOption = DEFAULT_DATA_DIR,
+    database_url: DatabaseUrlOption = None,
+    username: Annotated[
+        str | None,
+        typer.Option("--username", help="The first super_admin's username (prompted when missing).", metavar="U"),
+    ] = None,
+    password_stdin: PasswordStdinOption = False,
+) -> None:
+    """Create the first super_admin; refused (exit 1) when any user exists."""
+    if password_stdin and username is None:
+        _fail("--password-stdin needs --username", 2)
+    if username is None:
+        username = typer.prompt("Username")
+    password = _read_password(password_stdin)
+    _check_credentials(username, password)
+    from services.manager.main import create_first_super_admin
+
+    _run_admin(create_first_super_admin, data_dir, database_url, username, password)
+    sys.stdout.write(f"created the super_admin {username}\n")
+
+
+@app.command("reset-password")
+def reset_password(
+    username: Annotated[str, typer.Option("--username", help="Whose password to set.", metavar="U")],
+    data_dir: DataDirOption = DEFAULT_DATA_DIR,
+    database_url: DatabaseUrlOption = None,
+    password_stdin: PasswordStdinOption = False,
+) -> None:
+    """Set a user's password (prompted, or --password-stdin) and revoke all their sessions."""
+    password = _read_password(password_stdin)
+    _check_credentials(None, password)
+    from services.manager.main import reset_user_password
+
+    revoked = _run_admin(reset_user_password, data_dir, database_url, username, password)
+    sys.stdout.write(f"password changed; {revoked} session(s) revoked\n")
+
+
+def _fail(message: str, status: int) -> NoReturn:
+    sys.stderr.write(f"mp-manager: {message}\n")
+    raise typer.Exit(status)
+
+
+def _read_password(from_stdin: bool) -> str:
+    if not from_stdin:
+        password: str = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
+        return password
+    line = sys.stdin.readline()
+    if line.endswith("\r\n"):
+        return line[:-2]
+    return line[:-1] if line.endswith("\n") else line
+
+
+def _check_credentials(username: str | None, password: str) -> None:
+    """The policy of interop.md 7.1; exit 2 with a message that quotes neither value."""
+    from services.manager.auth import password_problem, username_problem
+
+    problem = (username_problem(username) if username is not None else None) or password_problem(password)
+    if problem:
+        _fail(problem, 2)
+
+
+def _run_admin(
+    operation: Callable[[Path, str | None, str, str], Awaitable[T]],
+    data_dir: Path,
+    database_url: str | None,
+    username: str,
+    password: str,
+) -> T:
+    """Runs one store operation under trio; StartupError and the store's errors end the process."""
+    import trio
+
+    from appliance.errors import ApplianceError
+    from services.manager.settings import StartupError
+
+    try:
+        return trio.run(operation, data_dir, database_url, username, password)
+    except StartupError as exc:
+        _fail(exc.message, exc.exit_code)
+    except ApplianceError as exc:
+        _fail(exc.message, 1)
 
 
 def main() -> None:

@@ -8,7 +8,11 @@ Start-up order, each step ending the process on failure with a one-line message:
 3. ``direct`` mode: the certificate pair in ``DATA_DIR/tls``, generated self-signed when
    missing (``tls.ensure_certificate``). Exit 2 for a pair that cannot be served, 1 when
    writing a new pair fails (a full disk: a restart may help).
-4. Listen (HTTPS in ``direct`` mode, plain HTTP ``behind_proxy``), log
+4. The store (``Store.open``: SQLite ``DATA_DIR/manager.db``, or ``--database-url`` /
+   ``MEDIAPLANE_DATABASE_URL``, migrated to head), then every node marked ``offline``
+   (none is connected yet). A URL the store does not take: exit 2; a database that cannot
+   be opened: exit 1. The URL is never logged (it may carry a password).
+5. Listen (HTTPS in ``direct`` mode, plain HTTP ``behind_proxy``), log
    ``mp-manager <version> listening on <url>``, tell systemd ``READY=1``, then
    ``WATCHDOG=1`` every half ``WatchdogSec`` when the unit sets one. A port that cannot be
    bound: exit 1.
@@ -16,7 +20,8 @@ Start-up order, each step ending the process on failure with a one-line message:
 SIGTERM or SIGINT (interop.md 13: every service closes its listeners and connections and
 exits within 5 s): hypercorn closes the listeners at once, gives requests in flight
 ``graceful_timeout`` (2 s, ``appliance/http/app.py``) and then cancels their connections;
-whatever still runs :data:`SHUTDOWN_GRACE_S` after the signal is cancelled. Exit 0.
+whatever still runs :data:`SHUTDOWN_GRACE_S` after the signal is cancelled; the store is
+closed last. Exit 0.
 """
 
 from __future__ import annotations
@@ -35,15 +40,30 @@ from typing import Final, NoReturn
 import trio
 
 from appliance import __version__, systemd
-from appliance.errors import PersistFailed
+from appliance.errors import NotFound, PersistFailed
 from appliance.http.app import serve
+from services.manager import auth
+from services.manager.api.ws import register_hub
 from services.manager.app import build_app
+from services.manager.hub import NodeHub
 from services.manager.local_addresses import IpAddress, local_addresses
 from services.manager.service import ManagerService
 from services.manager.settings import LogLevel, ManagerSettings, StartupError, TlsMode
+from services.manager.store import NewUser, Role, Store, StoreFailed, UnsupportedDatabaseUrl, UsersExist, sqlite_url
 from services.manager.tls import ensure_certificate
 
-__all__ = ["SHUTDOWN_GRACE_S", "configure_logging", "prepare", "run_manager", "serve_main"]
+__all__ = [
+    "SHUTDOWN_GRACE_S",
+    "configure_logging",
+    "create_first_super_admin",
+    "database_url",
+    "ensure_data_dir",
+    "open_store",
+    "prepare",
+    "reset_user_password",
+    "run_manager",
+    "serve_main",
+]
 
 SHUTDOWN_GRACE_S: Final = 3.0
 """After a stop signal, how long hypercorn may take to finish before everything is cancelled;
@@ -72,7 +92,7 @@ def prepare(
 
     Blocking. Raises StartupError (exit 2) or PersistFailed (exit 1).
     """
-    _ensure_data_dir(settings.data_dir)
+    ensure_data_dir(settings.data_dir)
     certificate = None
     if settings.tls_mode is TlsMode.DIRECT:
         certificate = ensure_certificate(settings.tls_dir, hostname=hostname, addresses=addresses(), now=now)
@@ -81,7 +101,7 @@ def prepare(
     return ManagerService(settings, version=__version__, started_at=now, certificate=certificate)
 
 
-def _ensure_data_dir(data_dir: Path) -> None:
+def ensure_data_dir(data_dir: Path) -> None:
     if not data_dir.exists():
         try:
             data_dir.mkdir(mode=0o700, parents=True)
@@ -97,11 +117,43 @@ def _ensure_data_dir(data_dir: Path) -> None:
         _log.warning("the data directory %s is open to other users (mode %04o): it should be 0700", data_dir, mode)
 
 
+def database_url(data_dir: Path, url: str | None) -> str:
+    """``url`` when given, else the embedded SQLite file ``DATA_DIR/manager.db`` (interop.md 1.3)."""
+    return url if url else sqlite_url(data_dir)
+
+
+async def open_store(data_dir: Path, url: str | None) -> Store:
+    """Step 4's store, migrated; StartupError (2: a URL not taken; 1: cannot open). Never logs the URL."""
+    try:
+        return await Store.open(database_url(data_dir, url))
+    except UnsupportedDatabaseUrl as exc:
+        raise StartupError(f"--database-url: {exc.message}") from None
+    except StoreFailed as exc:
+        raise StartupError(f"cannot open the database: {exc.message}", exit_code=1) from None
+
+
 async def run_manager(service: ManagerService) -> None:
-    """Step 4: serve until SIGINT or SIGTERM, then stop within :data:`SHUTDOWN_GRACE_S`."""
+    """Steps 4 and 5: open the store, serve until SIGINT or SIGTERM, stop within
+    :data:`SHUTDOWN_GRACE_S`, close the store."""
+    settings = service.settings
+    url = settings.database_url.get_secret_value() if settings.database_url else None
+    store = await open_store(settings.data_dir, url)
+    try:
+        service.attach_store(store)
+        offline = await store.mark_all_nodes_offline()
+        _log.info("store open (%s); %d node(s) marked offline", store.backend, offline)
+        await _serve_until_stopped(service)
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
+
+
+async def _serve_until_stopped(service: ManagerService) -> None:
     settings = service.settings
     certificate = service.certificate
     app = build_app(service)
+    # The node hub (interop.md 6): /ws/node; routes reach it through api.ws.node_hub().
+    register_hub(app, NodeHub(service.store, service.secret_box))
     stop = trio.Event()
     served = trio.Event()
 
@@ -176,6 +228,8 @@ def serve_main(settings: ManagerSettings) -> None:
         _die(exc.message, 1)
     try:
         trio.run(run_manager, service)
+    except StartupError as exc:
+        _die(exc.message, exc.exit_code)
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         pass
     except BaseException as exc:
@@ -184,6 +238,44 @@ def serve_main(settings: ManagerSettings) -> None:
             raise
         reason = os_error.strerror or str(os_error)
         _die(f"cannot listen on {settings.listen_addr}:{settings.port}: {reason}", 1)
+
+
+# --- mp-manager setup and reset-password (interop.md 1.3) ---------------------------------
+
+
+async def create_first_super_admin(data_dir: Path, url: str | None, username: str, password: str) -> None:
+    """``mp-manager setup``: the first user, a ``super_admin``; UsersExist (409 kind) when any exists.
+
+    Also creates the data directory (0700) when missing. StartupError for a store that
+    cannot be opened.
+    """
+    ensure_data_dir(data_dir)
+    password_hash = await trio.to_thread.run_sync(auth.hash_password, password)
+    new = NewUser(username=username, password_hash=password_hash, role=Role.SUPER_ADMIN)
+    async with await open_store(data_dir, url) as store:
+        try:
+            user = await store.create_first_user(new)
+        except UsersExist:
+            raise StartupError(
+                "setup refused: a user already exists (mp-manager reset-password sets a password)", exit_code=1
+            ) from None
+    _log.info("created the first super_admin (id %s)", user.id)
+
+
+async def reset_user_password(data_dir: Path, url: str | None, username: str, password: str) -> int:
+    """``mp-manager reset-password``: a new hash, then every session of the user revoked; how many.
+
+    NotFound when no user has this username.
+    """
+    if not data_dir.is_dir() and url is None:
+        raise StartupError(f"the data directory {data_dir} does not exist (run mp-manager setup first)", exit_code=1)
+    async with await open_store(data_dir, url) as store:
+        user = await store.get_user_by_username(username)
+        if user is None:
+            raise NotFound("no user has this username")
+        password_hash = await trio.to_thread.run_sync(auth.hash_password, password)
+        await store.update_user(user.id, password_hash=password_hash)
+        return await store.revoke_user_sessions(user.id)
 
 
 def _die(message: str, status: int) -> NoReturn:

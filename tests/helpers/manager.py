@@ -184,3 +184,43 @@ def run_manager_cli(
         timeout=timeout,
         check=False,
     )
+
+
+# --- users and sessions ------------------------------------------------------------------
+
+ADMIN_USER = "root"
+ADMIN_PASSWORD = "Root-Passw0rd-9f3c"
+"""The first super_admin of :func:`setup_super_admin`: distinct, so a test can grep for it."""
+
+
+def setup_super_admin(
+    data_dir: Path, username: str = ADMIN_USER, password: str = ADMIN_PASSWORD, *, extra_args: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``mp-manager setup --username U --password-stdin`` on ``data_dir``; the completed process."""
+    return subprocess.run(
+        [
+            str(MANAGER_BIN),
+            "setup",
+            "--data-dir",
+            str(data_dir),
+            "--username",
+            username,
+            "--password-stdin",
+            *(extra_args or []),
+        ],
+        input=password + "\n",
+        env=manager_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def login(client: httpx.Client, username: str = ADMIN_USER, password: str = ADMIN_PASSWORD) -> httpx.Response:
+    """``POST /api/v1/auth/login``; on success the client holds both cookies, and sends the
+    ``X-CSRF-Token`` header from then on."""
+    response = client.post("/api/v1/auth/login", json={"username": username, "password": password})
+    if response.status_code == 200:
+        client.headers["X-CSRF-Token"] = response.json()["csrf_token"]
+    return response
