@@ -3,12 +3,16 @@
 Starts ``mp-edge`` on 127.0.0.1:8080 with a config dir under ``.demo/``, creates a
 demo flow (RTP in on 127.0.0.1:5000, a raw-UDP TS output to 127.0.0.1:5004 and an
 RTP output to 127.0.0.1:5006), feeds it a live H.264 + AAC MPEG-TS test stream
-from ffmpeg, and prints what to open and type. Ctrl-C stops everything cleanly.
+from ffmpeg, starts ``mp-manager`` on https://127.0.0.1:8443 (its two secrets generated
+once into ``.demo/manager.env``, mode 0600, and a first ``admin`` user), and prints what to
+open and type. Ctrl-C stops everything cleanly.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -20,6 +24,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / ".demo" / "edge"
+MANAGER_DIR = ROOT / ".demo" / "manager"
+MANAGER_ENV = ROOT / ".demo" / "manager.env"
+MANAGER_URL = "https://127.0.0.1:8443"
+MANAGER_USER = "admin"
+MANAGER_PASSWORD = "Demo-admin-1"  # a demo on loopback; docs/manager.md says how to set a real one
 API = "http://127.0.0.1:8080"
 FLOW = {
     "id": "demo",
@@ -94,6 +103,40 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _manager_env() -> dict[str, str]:
+    """The manager's required secrets (interop.md 1.3), generated once and kept 0600."""
+    if not MANAGER_ENV.exists():
+        MANAGER_ENV.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        text = f"MEDIAPLANE_JWT_SECRET={secrets.token_hex(32)}\nMEDIAPLANE_MASTER_KEY={secrets.token_hex(32)}\n"
+        fd = os.open(MANAGER_ENV, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+    values = dict(line.split("=", 1) for line in MANAGER_ENV.read_text().split() if "=" in line)
+    return {**os.environ, **values}
+
+
+def _start_manager() -> subprocess.Popen[bytes] | None:
+    """``mp-manager serve`` on 127.0.0.1:8443 with a first admin; None (and a note) when it cannot start."""
+    manager_bin = Path(sys.executable).with_name("mp-manager")
+    if not manager_bin.exists():
+        return None
+    env = _manager_env()
+    MANAGER_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not (MANAGER_DIR / "manager.db").exists():
+        subprocess.run(
+            [str(manager_bin), "setup", "--data-dir", str(MANAGER_DIR), "--username", MANAGER_USER, "--password-stdin"],
+            input=(MANAGER_PASSWORD + "\n").encode(),
+            env=env,
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
+    return subprocess.Popen(
+        [str(manager_bin), "serve", "--data-dir", str(MANAGER_DIR), "--listen-addr", "127.0.0.1", "--port", "8443"],
+        env=env,
+        start_new_session=True,
+    )
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop works like Ctrl-C
     DEMO_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -103,6 +146,7 @@ def main() -> None:
         start_new_session=True,
     )
     feeder: subprocess.Popen[bytes] | None = None
+    manager = _start_manager()
     try:
         _wait_healthy(edge)
         status, answer = _request("GET", "/api/v1/flows/demo")
@@ -149,9 +193,15 @@ Open in a browser:
 Type in another terminal:
   {bin_dir}/mp flow list
   {bin_dir}/mp stats --watch
+  {bin_dir}/mp events --follow
   curl -s {API}/api/v1/stats/demo | python3 -m json.tool
   ffplay udp://127.0.0.1:5004          (to watch the output, where a display is available)
 
+Manager (being built; docs/manager.md says what is there yet):
+  {MANAGER_URL}/health   self-signed certificate in {MANAGER_DIR.relative_to(ROOT)}/tls/cert.pem
+  login: curl -sk -X POST {MANAGER_URL}/api/v1/auth/login -H 'Content-Type: application/json' \\
+           -d '{{"username":"{MANAGER_USER}","password":"{MANAGER_PASSWORD}"}}'
+  {"(not started: " + str(manager.returncode) + ")" if manager is not None and manager.poll() is not None else ""}
 Ctrl-C stops the demo.
 """,
             flush=True,
@@ -167,6 +217,12 @@ Ctrl-C stops the demo.
         if feeder is not None and feeder.poll() is None:
             feeder.terminate()
             feeder.wait(5)
+        if manager is not None and manager.poll() is None:
+            manager.send_signal(signal.SIGTERM)
+            try:
+                manager.wait(10)
+            except subprocess.TimeoutExpired:
+                manager.kill()
         if edge.poll() is None:
             edge.send_signal(signal.SIGTERM)
             try:
