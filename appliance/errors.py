@@ -45,6 +45,18 @@ class UnsupportedMediaType(ApplianceError):
     """The request body has a content type the route does not take (HTTP 415)."""
 
 
+class Unprocessable(ApplianceError):
+    """Well-formed, but the target refused it, e.g. a node answered ``success:false`` (HTTP 422)."""
+
+
+class BadGateway(ApplianceError):
+    """An upstream peer (a node) is not connected, or went away before answering (HTTP 502)."""
+
+
+class GatewayTimeout(ApplianceError):
+    """An upstream peer (a node) did not answer in time (HTTP 504)."""
+
+
 class RateLimited(ApplianceError):
     """Too many requests from one client (HTTP 429)."""
 

@@ -27,9 +27,12 @@ STATUS_BY_KIND: Final[tuple[tuple[type[errors.ApplianceError], int], ...]] = (
     (errors.Conflict, 409),
     (errors.PayloadTooLarge, 413),
     (errors.UnsupportedMediaType, 415),
+    (errors.Unprocessable, 422),
     (errors.RateLimited, 429),
     (errors.Internal, 500),
     (errors.ConfigFileError, 500),
+    (errors.BadGateway, 502),
+    (errors.GatewayTimeout, 504),
 )
 
 

@@ -1,8 +1,8 @@
 """``mp-manager``: the manager's command line (interop.md 1.3).
 
 ``serve`` runs the service; ``setup`` creates the first ``super_admin``; ``reset-password``
-sets a user's password and revokes their sessions; ``--version`` prints the version
-``/health`` reports. ``export`` (interop.md 1.3) is not built yet.
+sets a user's password and revokes their sessions; ``export`` writes the JSON of
+``GET /api/v1/export`` to a file; ``--version`` prints the version ``/health`` reports.
 
 Start-up stays light: trio, quart, hypercorn and cryptography are imported inside ``serve``.
 No ``from __future__ import annotations`` here: Typer would then evaluate every annotation
@@ -183,6 +183,45 @@ def reset_password(
 
     revoked = _run_admin(reset_user_password, data_dir, database_url, username, password)
     sys.stdout.write(f"password changed; {revoked} session(s) revoked\n")
+
+
+@app.command()
+def export(
+    output: Annotated[
+        Path, typer.Option("--output", help="The file to write (atomically, mode 0600).", metavar="FILE")
+    ],
+    data_dir: DataDirOption = DEFAULT_DATA_DIR,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Write the JSON of GET /api/v1/export (users, nodes, settings; no secrets) to FILE."""
+    import trio
+
+    from appliance.errors import ApplianceError
+
+    if not data_dir.is_dir() and database_url is None:
+        _fail(f"the data directory {data_dir} does not exist (run mp-manager setup first)", 1)
+    try:
+        counts = trio.run(_write_export, data_dir, database_url, output)
+    except StartupError as exc:
+        _fail(exc.message, exc.exit_code)
+    except ApplianceError as exc:
+        _fail(exc.message, 1)
+    sys.stdout.write(f"exported {counts[0]} user(s), {counts[1]} node(s) and the settings to {output}\n")
+
+
+async def _write_export(data_dir: Path, database_url: str | None, output: Path) -> tuple[int, int]:
+    import datetime as dt
+
+    import trio
+
+    from appliance.config.atomic import atomic_write
+    from services.manager.api.export import build_export, export_json
+    from services.manager.main import open_store
+
+    async with await open_store(data_dir, database_url) as store:
+        document = await build_export(store, dt.datetime.now(dt.UTC))
+    await trio.to_thread.run_sync(atomic_write, output, export_json(document), 0o600)
+    return len(document.users), len(document.nodes)
 
 
 def _fail(message: str, status: int) -> NoReturn:

@@ -582,8 +582,19 @@ class NodeHub:
         )
 
     # ------------------------------------------------------------------ for the routes
-    async def send_command(self, node_id: uuid.UUID, action: Mapping[str, object]) -> CommandResult:
+    def apply_settings(self, *, keepalive_interval_s: float, offline_threshold_s: float) -> None:
+        """``ws_keepalive_interval_secs`` and ``node_offline_threshold_secs`` changed (interop.md
+        7.5, live): the next ping of every node and every new connection use them."""
+        self._keepalive_interval_s = keepalive_interval_s
+        self._offline_threshold_s = offline_threshold_s
+
+    async def send_command(
+        self, node_id: uuid.UUID, action: Mapping[str, object], *, max_bytes: int = MAX_ACTION_BYTES
+    ) -> CommandResult:
         """Send ``action`` to the node and wait for its answer (interop.md 6 "Commands").
+
+        ``max_bytes`` bounds the serialized action: 50 KiB for ``POST /nodes/{id}/command``;
+        ``PUT /nodes/{id}/config`` passes a larger bound (its config may be 100 KiB).
 
         Returns on success (for ``get_config``, ``data`` is the config). Raises
         :class:`InvalidCommand` (400), :class:`CommandTooLarge` (413), :class:`NodeNotConnected`
@@ -595,8 +606,8 @@ class NodeHub:
             size = len(json.dumps(dict(action), separators=(",", ":")).encode("utf-8"))
         except (TypeError, ValueError) as exc:
             raise InvalidCommand("action must be a JSON object") from exc
-        if size > MAX_ACTION_BYTES:
-            raise CommandTooLarge("Command action exceeds 50 KiB")
+        if size > max_bytes:
+            raise CommandTooLarge(f"Command action exceeds {max_bytes // 1024} KiB")
         conn = self._connections.get(node_id)
         if conn is None or conn.session.state is not ManagerState.AUTHENTICATED:
             raise NodeNotConnected("Node is not connected")

@@ -47,6 +47,7 @@ from services.manager.api.ws import register_hub
 from services.manager.app import build_app
 from services.manager.hub import NodeHub
 from services.manager.local_addresses import IpAddress, local_addresses
+from services.manager.retention import retention_loop
 from services.manager.service import ManagerService
 from services.manager.settings import LogLevel, ManagerSettings, StartupError, TlsMode
 from services.manager.store import NewUser, Role, Store, StoreFailed, UnsupportedDatabaseUrl, UsersExist, sqlite_url
@@ -153,7 +154,16 @@ async def _serve_until_stopped(service: ManagerService) -> None:
     certificate = service.certificate
     app = build_app(service)
     # The node hub (interop.md 6): /ws/node; routes reach it through api.ws.node_hub().
-    register_hub(app, NodeHub(service.store, service.secret_box))
+    live = await service.runtime_settings()
+    register_hub(
+        app,
+        NodeHub(
+            service.store,
+            service.secret_box,
+            keepalive_interval_s=live.ws_keepalive_interval_secs,
+            offline_threshold_s=live.node_offline_threshold_secs,
+        ),
+    )
     stop = trio.Event()
     served = trio.Event()
 
@@ -182,6 +192,8 @@ async def _serve_until_stopped(service: ManagerService) -> None:
                     return
 
             nursery.start_soon(watch_signals)
+            # interop.md 7.3: the daily retention job, reading events_retention_days live.
+            nursery.start_soon(retention_loop, service.store, service.runtime_settings)
             binds = await nursery.start(serving)
             url = listening_url("https" if certificate else "http", settings.listen_addr, binds, settings.port)
             _log.info("mp-manager %s listening on %s", service.version, url)

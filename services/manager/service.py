@@ -18,9 +18,10 @@ from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
 import trio
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, Strict, ValidationError
 
 from appliance import errors
+from appliance.http.envelope import describe_validation_error
 from services.manager import auth
 from services.manager.secrets import SecretBox
 from services.manager.settings import ManagerSettings, TlsMode
@@ -76,17 +77,32 @@ class ManagerHealth(BaseModel):
     where the manager serves no certificate."""
 
 
-class RuntimeSettings(BaseModel):
-    """The settings of interop.md 7.5 that the manager reads live, defaults filled in.
+SettingValue = Annotated[int, Strict()]
+"""Every setting of interop.md 7.5 is a JSON integer: strict, so ``true``, ``1.5`` and ``"5"`` are refused."""
 
-    Only the keys in use so far; the store keeps only the keys that were set. A stored
-    value that is out of range (written by hand) falls back to the default.
+
+class RuntimeSettings(BaseModel):
+    """The settings of interop.md 7.5, defaults filled in: the one place their defaults and
+    ranges live. Read live from the store on every use (``ManagerService.runtime_settings``).
+
+    The store keeps only the keys that were set. A stored value that is out of range
+    (written by hand) falls back to the default.
     """
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    session_lifetime_hours: int = Field(24, ge=1, le=720)
-    max_login_attempts: int = Field(5, ge=1, le=100)
+    events_retention_days: SettingValue = Field(30, ge=1, le=365)
+    """Events older than this are deleted by the daily retention job."""
+    ws_keepalive_interval_secs: SettingValue = Field(15, ge=1, le=300)
+    """The manager's ``ping`` cadence on ``/ws/node``."""
+    session_lifetime_hours: SettingValue = Field(24, ge=1, le=720)
+    """The session JWT's ``exp`` and the cookies' ``Max-Age``."""
+    max_login_attempts: SettingValue = Field(5, ge=1, le=100)
+    """Login attempts per client IP per 60 s."""
+    node_offline_threshold_secs: SettingValue = Field(30, ge=5, le=3600)
+    """Silence after which a node is offline."""
+    stats_broadcast_interval_ms: SettingValue = Field(1000, ge=100, le=60000)
+    """The dashboard stream's pacing."""
 
     @classmethod
     def from_stored(cls, stored: Mapping[str, JsonValue]) -> RuntimeSettings:
@@ -101,9 +117,35 @@ class RuntimeSettings(BaseModel):
                 kept[name] = stored[name]
         return cls.model_validate(kept)
 
+    @classmethod
+    def check_update(cls, values: Mapping[str, object]) -> dict[str, int]:
+        """``values`` (``PUT /settings``'s ``settings``) once every key is known, not null and
+        in range; else InvalidInput naming every bad key, never a value (interop.md 7.5, 13)."""
+        problems: list[str] = []
+        checked: dict[str, int] = {}
+        for name, value in values.items():
+            if name not in cls.model_fields:
+                problems.append(f"settings.{name}: unknown key")
+            elif value is None:
+                problems.append(f"settings.{name}: cannot be null")
+            else:
+                try:
+                    one = cls.model_validate({name: value})
+                except ValidationError as exc:
+                    problems.append(describe_validation_error(exc, "settings"))
+                    continue
+                checked[name] = getattr(one, name)
+        if problems:
+            raise errors.InvalidInput(f"Validation failed: {'; '.join(problems)}")
+        return checked
+
     @property
     def session_lifetime(self) -> dt.timedelta:
         return dt.timedelta(hours=self.session_lifetime_hours)
+
+    @property
+    def events_retention(self) -> dt.timedelta:
+        return dt.timedelta(days=self.events_retention_days)
 
 
 def rfc3339(value: dt.datetime) -> str:
@@ -229,6 +271,12 @@ class ManagerService:
     async def runtime_settings(self) -> RuntimeSettings:
         """The live settings (interop.md 7.5), read from the store on every call."""
         return RuntimeSettings.from_stored(await self.store.get_settings())
+
+    async def update_settings(self, values: Mapping[str, object]) -> RuntimeSettings:
+        """``PUT /settings``: every key checked (InvalidInput) before any is written, in one
+        transaction; the full settings after."""
+        checked = RuntimeSettings.check_update(values)
+        return RuntimeSettings.from_stored(await self.store.put_settings(checked))
 
     # --- login, sessions, logout (interop.md 7.1) --------------------------------------
 

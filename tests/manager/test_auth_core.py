@@ -94,4 +94,6 @@ def test_roles_compare_as_at_least() -> None:
 def test_runtime_settings_defaults_and_bad_stored_values() -> None:
     assert RuntimeSettings.from_stored({}) == RuntimeSettings(session_lifetime_hours=24, max_login_attempts=5)
     stored = {"max_login_attempts": 0, "session_lifetime_hours": 2, "events_retention_days": 9}
-    assert RuntimeSettings.from_stored(stored) == RuntimeSettings(session_lifetime_hours=2, max_login_attempts=5)
+    assert RuntimeSettings.from_stored(stored) == RuntimeSettings(
+        session_lifetime_hours=2, max_login_attempts=5, events_retention_days=9
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from quart_trio import QuartTrio
 
-from services.manager.api import auth_routes, users
+from services.manager.api import ai, auth_routes, dashboard_ws, events, export, nodes, settings, users
 
 __all__ = ["register_api"]
 
@@ -18,5 +18,11 @@ def register_api(app: QuartTrio) -> None:
     """Registers the API blueprints on ``app`` and puts the auth guard before the body is read."""
     app.register_blueprint(auth_routes.bp)
     app.register_blueprint(users.bp)
+    app.register_blueprint(events.bp)
+    app.register_blueprint(settings.bp)
+    app.register_blueprint(export.bp)
+    app.register_blueprint(ai.bp)
+    app.register_blueprint(nodes.bp)
+    app.register_blueprint(dashboard_ws.bp)  # /ws/dashboard (its own session check, before the upgrade)
     # The guard runs first: the shared bootstrap's body reader (which answers 413) comes after.
     app.before_request_funcs.setdefault(None, []).insert(0, auth_routes.guard_request)
