@@ -120,6 +120,18 @@ def has_role(role: Role, at_least: Role) -> bool:
     return ROLE_RANK[role] >= ROLE_RANK[at_least]
 
 
+def visible_node_ids(user: UserRecord) -> frozenset[UUID] | None:
+    """The nodes ``user`` may see and act on; None: every node.
+
+    The one node-access rule (interop.md 7.1, 13 "403 role or node access") for every route,
+    the dashboard stream and the AI context: below ``admin``, a list in ``allowed_node_ids``
+    limits the user to those nodes (null: all); admins and super_admins see every node.
+    """
+    if has_role(user.role, Role.ADMIN) or user.allowed_node_ids is None:
+        return None
+    return frozenset(user.allowed_node_ids)
+
+
 # --- session JWTs ----------------------------------------------------------------------
 
 

@@ -220,7 +220,10 @@ async def test_a_browser_that_stops_reading_does_not_delay_another(tmp_path: Pat
                 assert len(await _updates(slow, 3)) == 3
 
 
-async def test_a_viewer_sees_only_its_allowed_nodes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("role", ["viewer", "operator"])
+async def test_a_user_below_admin_sees_only_its_allowed_nodes(tmp_path: Path, role: str) -> None:
+    # One node-access rule everywhere (services/manager/auth.py visible_node_ids), as the node
+    # and event routes apply it: an operator with a list is limited like a viewer.
     async with running(tmp_path, 200) as setup:
         allowed, _ = await setup.add_node("allowed")
         await setup.add_node("hidden")
@@ -233,7 +236,7 @@ async def test_a_viewer_sees_only_its_allowed_nodes(tmp_path: Path) -> None:
                     json={
                         "username": "watcher",
                         "password": "Watcher-Passw0rd",
-                        "role": "viewer",
+                        "role": role,
                         "allowed_node_ids": [str(allowed)],
                     },
                 )

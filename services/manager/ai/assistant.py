@@ -19,6 +19,7 @@ from uuid import UUID
 from pydantic import SecretStr
 
 from appliance import errors
+from services.manager.auth import visible_node_ids
 from services.manager.hub import NodeHub
 from services.manager.secrets import SecretBox
 from services.manager.store import AiKeyRecord, AiProvider, NodeRecord, Store, UserRecord
@@ -73,7 +74,8 @@ class AiAnswer:
 
 
 def _may_see(user: UserRecord, node_id: UUID) -> bool:
-    return user.allowed_node_ids is None or node_id in user.allowed_node_ids
+    visible = visible_node_ids(user)  # the one node-access rule (services/manager/auth.py)
+    return visible is None or node_id in visible
 
 
 class AiAssistant:

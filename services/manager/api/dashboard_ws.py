@@ -9,7 +9,7 @@
 - Every :data:`REAUTH_INTERVAL_S` the session is checked again: a session revoked (logout, a new
   password, a disabled user) closes the socket with 1008, and a viewer's changed
   ``allowed_node_ids`` apply from the next update.
-- A viewer sees only its ``allowed_node_ids`` (null: every node); other roles see every node.
+- A user below admin sees only its ``allowed_node_ids`` (null: every node), as on every route.
 
 The stream itself (:class:`~services.manager.dashboard.DashboardStream`) starts with the app
 (``before_app_serving``) when a node hub is registered (``api.ws.register_hub``); without one the
@@ -31,10 +31,11 @@ from appliance.http.envelope import bare_fail, status_for
 from services.manager import auth
 from services.manager.api.auth_routes import service
 from services.manager.api.ws import HUB_KEY
+from services.manager.auth import visible_node_ids
 from services.manager.dashboard import DashboardStream, Subscription
 from services.manager.hub import NodeHub
 from services.manager.service import ManagerService, Principal
-from services.manager.store import NodeRecord, Role
+from services.manager.store import NodeRecord
 
 __all__ = ["REAUTH_INTERVAL_S", "STREAM_KEY", "bp", "dashboard_stream", "visible_nodes"]
 
@@ -54,11 +55,8 @@ def dashboard_stream() -> DashboardStream | None:
 
 
 def visible_nodes(principal: Principal) -> frozenset[UUID] | None:
-    """The node ids a caller may see: a viewer's ``allowed_node_ids`` (null: all), else all."""
-    user = principal.user
-    if user.role is Role.VIEWER and user.allowed_node_ids is not None:
-        return frozenset(user.allowed_node_ids)
-    return None
+    """The node ids a caller may see (``auth.visible_node_ids``; None: all)."""
+    return visible_node_ids(principal.user)
 
 
 @bp.before_app_serving

@@ -26,8 +26,9 @@ from quart import Blueprint, Response, request
 from appliance import errors
 from appliance.http.envelope import describe_validation_error, json_response
 from services.manager.api.auth_routes import current_principal, require, service
+from services.manager.auth import visible_node_ids
 from services.manager.service import Principal, Timestamp
-from services.manager.store import ROLE_RANK, EventFilter, EventPage, EventRecord, EventSeverity, Role, Store
+from services.manager.store import EventFilter, EventPage, EventRecord, EventSeverity, Role, Store
 from services.manager.store import events as event_rows
 from services.manager.store.tables import events as events_table
 
@@ -98,11 +99,8 @@ def _parse_query() -> EventQuery:
 
 
 def allowed_nodes(principal: Principal) -> frozenset[UUID] | None:
-    """The nodes the caller may see; None: every node (admins, and a null ``allowed_node_ids``)."""
-    user = principal.user
-    if ROLE_RANK[user.role] >= ROLE_RANK[Role.ADMIN] or user.allowed_node_ids is None:
-        return None
-    return frozenset(user.allowed_node_ids)
+    """The nodes the caller may see; None: every node (``auth.visible_node_ids``)."""
+    return visible_node_ids(principal.user)
 
 
 def _check_node_access(allowed: frozenset[UUID] | None, node_id: UUID | None) -> None:

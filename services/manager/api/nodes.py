@@ -190,10 +190,8 @@ def _node_id(text: str) -> uuid.UUID | None:
 
 
 def _restriction(principal: Principal) -> frozenset[uuid.UUID] | None:
-    """The nodes a caller may see, or None for every node (admins, and ``allowed_node_ids`` null)."""
-    if auth.has_role(principal.role, Role.ADMIN) or principal.user.allowed_node_ids is None:
-        return None
-    return frozenset(principal.user.allowed_node_ids)
+    """The nodes a caller may see, or None for every node (``auth.visible_node_ids``)."""
+    return auth.visible_node_ids(principal.user)
 
 
 def _check_node_access(text: str) -> uuid.UUID | None:
