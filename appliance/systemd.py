@@ -17,12 +17,15 @@ import os
 import socket
 from collections.abc import Mapping
 
+import trio
+
 __all__ = [
     "notify",
     "notify_ready",
     "notify_status",
     "notify_stopping",
     "notify_watchdog",
+    "ready_with_watchdog",
     "watchdog_interval",
 ]
 
@@ -107,3 +110,21 @@ def watchdog_interval(*, env: Mapping[str, str] | None = None) -> float | None:
 def _one_line(text: str) -> str:
     # A newline would start a new KEY=VALUE assignment in the datagram.
     return " ".join(text.splitlines())
+
+
+def ready_with_watchdog(nursery: trio.Nursery, status: str) -> None:
+    """READY=1 with ``status``, then WATCHDOG=1 at half ``WatchdogSec`` from a task of ``nursery``.
+
+    The pings come from the service's own event loop, so a loop that stalls stops them and
+    systemd restarts the service (every Mediaplane service is one trio process).
+    """
+    notify_ready(status)
+    interval = watchdog_interval()
+    if interval:
+
+        async def ping() -> None:
+            while True:
+                notify_watchdog()
+                await trio.sleep(interval / 2)
+
+        nursery.start_soon(ping)

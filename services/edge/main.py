@@ -107,28 +107,13 @@ async def run_edge(service: EdgeService, host: str, port: int, *, certfile: str 
             scheme = "https" if certfile else "http"
             shown = f"[{host}]" if ":" in host else host
             _log.info("mp-edge %s listening on %s://%s:%d", __version__, scheme, shown, port)
-            _notify_ready(nursery, f"listening on {scheme}://{shown}:{port}")
+            systemd.ready_with_watchdog(nursery, f"listening on {scheme}://{shown}:{port}")
             await stop.wait()
             systemd.notify_stopping()
             # Let hypercorn finish its graceful shutdown, then stop the flows and workers.
             with trio.move_on_after(3):
                 await trio.sleep(0.2)
             nursery.cancel_scope.cancel()
-
-
-def _notify_ready(nursery: trio.Nursery, status: str) -> None:
-    """sd_notify READY=1 once the API listens, and watchdog pings from the control loop."""
-    systemd.notify_ready(status)
-    interval = systemd.watchdog_interval()
-    if interval:
-
-        async def ping() -> None:
-            # A control loop that stalls stops the pings, and systemd restarts the service.
-            while True:
-                systemd.notify_watchdog()
-                await trio.sleep(interval / 2)
-
-        nursery.start_soon(ping)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -197,7 +197,7 @@ async def _serve_until_stopped(service: ManagerService) -> None:
             binds = await nursery.start(serving)
             url = listening_url("https" if certificate else "http", settings.listen_addr, binds, settings.port)
             _log.info("mp-manager %s listening on %s", service.version, url)
-            _notify_ready(nursery, f"listening on {url}")
+            systemd.ready_with_watchdog(nursery, f"listening on {url}")
             await stop.wait()
             systemd.notify_stopping()
             with trio.move_on_after(SHUTDOWN_GRACE_S):
@@ -212,21 +212,6 @@ def listening_url(scheme: str, host: str, binds: list[str], port: int) -> str:
         port = int(binds[0].rsplit(":", 1)[1])
     shown = f"[{host}]" if ":" in host else host
     return f"{scheme}://{shown}:{port}"
-
-
-def _notify_ready(nursery: trio.Nursery, status: str) -> None:
-    """sd_notify READY=1 once listening, and watchdog pings from the event loop (as the edge)."""
-    systemd.notify_ready(status)
-    interval = systemd.watchdog_interval()
-    if interval:
-
-        async def ping() -> None:
-            # A stalled event loop stops the pings, and systemd restarts the service.
-            while True:
-                systemd.notify_watchdog()
-                await trio.sleep(interval / 2)
-
-        nursery.start_soon(ping)
 
 
 def serve_main(settings: ManagerSettings) -> None:

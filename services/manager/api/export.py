@@ -13,43 +13,21 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Final, Literal
-from uuid import UUID
 
-from pydantic import BaseModel, JsonValue
+from pydantic import BaseModel
 from quart import Blueprint, Response
 
 from appliance.http.envelope import bare_fail, json_response
 from services.manager.api.auth_routes import require, service
+from services.manager.api.nodes import NodeOut
 from services.manager.service import RuntimeSettings, Timestamp, UserOut
-from services.manager.store import DeviceType, JsonObject, NodeRecord, NodeStatus, Role, Store
+from services.manager.store import Role, Store
 
-__all__ = ["EXPORT_VERSION", "Export", "NodeExport", "bp", "build_export"]
+__all__ = ["EXPORT_VERSION", "Export", "bp", "build_export"]
 
 bp = Blueprint("manager_export", __name__)
 
 EXPORT_VERSION: Final = 1
-
-
-class NodeExport(BaseModel):
-    """A node's public fields (interop.md 7.2), never its secret or token digest."""
-
-    id: UUID
-    name: str
-    description: str | None
-    device_type: DeviceType
-    status: NodeStatus
-    last_seen_at: Timestamp | None
-    last_health: JsonValue
-    software_version: str | None
-    protocol_version: int | None
-    metadata: JsonObject | None
-    expires_at: Timestamp | None
-    created_at: Timestamp
-    updated_at: Timestamp
-
-    @classmethod
-    def from_record(cls, record: NodeRecord) -> NodeExport:
-        return cls.model_validate({name: getattr(record, name) for name in cls.model_fields})
 
 
 class Export(BaseModel):
@@ -58,14 +36,14 @@ class Export(BaseModel):
     version: Literal[1] = EXPORT_VERSION
     exported_at: Timestamp
     users: list[UserOut]
-    nodes: list[NodeExport]
+    nodes: list[NodeOut]  # the same records GET /api/v1/nodes answers
     settings: RuntimeSettings
 
 
 async def build_export(store: Store, now: dt.datetime) -> Export:
     """The export of everything in ``store``, stamped ``now``."""
     users = [UserOut.from_record(user) for user in await store.list_users()]
-    nodes = [NodeExport.from_record(node) for node in await store.list_nodes()]
+    nodes = [NodeOut.from_record(node) for node in await store.list_nodes()]
     settings = RuntimeSettings.from_stored(await store.get_settings())
     return Export(exported_at=now, users=users, nodes=nodes, settings=settings)
 
