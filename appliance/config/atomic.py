@@ -17,13 +17,13 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 from appliance.errors import PersistFailed
 
-__all__ = ["atomic_write", "remove_stale_temp_files"]
+__all__ = ["atomic_write", "atomic_writer", "remove_stale_temp_files"]
 
 _TEMP_SUFFIX: Final = ".tmp"
 # tempfile.mkstemp's random part: 8 characters of [a-z0-9_] (CPython 3.11,
@@ -50,6 +50,18 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
     except when only the final directory fsync fails: the new file is then in place but
     its rename may not survive a power cut.
     """
+    with atomic_writer(path, mode) as out:
+        out.write(data)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path, mode: int = 0o600) -> Iterator[BinaryIO]:
+    """:func:`atomic_write` for content written in pieces: ``with atomic_writer(p) as out: out.write(...)``.
+
+    ``path`` is replaced only when the block ends without an exception; an exception
+    (any, cancellation included) removes the temp file and leaves the old ``path``. The
+    same guarantees and the same PersistFailed as :func:`atomic_write`. Blocking.
+    """
     directory = path.parent
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=_TEMP_SUFFIX, dir=directory)
@@ -58,7 +70,7 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
                 # Mode first: fchmod is not subject to the umask, and the content is never
                 # on disk with wider permissions than asked for.
                 os.fchmod(tmp.fileno(), mode)
-                tmp.write(data)
+                yield tmp
                 tmp.flush()
                 os.fsync(tmp.fileno())
             os.replace(tmp_name, path)

@@ -22,6 +22,7 @@ from appliance import __version__, systemd
 from appliance.config.store import EdgeConfigStore
 from appliance.errors import ConfigFileError, PersistFailed
 from appliance.http.app import create_app, serve
+from appliance.logs import configure_service_logging
 from services.edge.engine.supervisor import WORKER_NICE, WORKER_REALTIME, default_worker_count
 from services.edge.metrics import EdgeMetrics
 from services.edge.service import EdgeService
@@ -118,11 +119,7 @@ async def run_edge(service: EdgeService, host: str, port: int, *, certfile: str 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    # One line per request only when asked for (--log-level debug): journald stays readable.
-    logging.getLogger("mediaplane.access").setLevel(logging.DEBUG if args.log_level == "debug" else logging.WARNING)
+    configure_service_logging(args.log_level)
     store = EdgeConfigStore(Path(args.config_dir))
     try:
         config = store.load()

@@ -2,7 +2,9 @@
 
 ``serve`` runs the service; ``setup`` creates the first ``super_admin``; ``reset-password``
 sets a user's password and revokes their sessions; ``export`` writes the JSON of
-``GET /api/v1/export`` to a file; ``--version`` prints the version ``/health`` reports.
+``GET /api/v1/export`` to a file; ``backup`` and ``restore`` write and load an encrypted
+snapshot of everything (services/manager/backup.py); ``--version`` prints the version
+``/health`` reports.
 
 Start-up stays light: trio, quart, hypercorn and cryptography are imported inside ``serve``.
 No ``from __future__ import annotations`` here: Typer would then evaluate every annotation
@@ -13,9 +15,12 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
+
+if TYPE_CHECKING:
+    from pydantic import SecretStr
 
 from services.manager.settings import (
     DEFAULT_DATA_DIR,
@@ -222,6 +227,85 @@ async def _write_export(data_dir: Path, database_url: str | None, output: Path) 
         document = await build_export(store, dt.datetime.now(dt.UTC))
     await trio.to_thread.run_sync(atomic_write, output, export_json(document), 0o600)
     return len(document.users), len(document.nodes)
+
+
+@app.command()
+def backup(
+    output: Annotated[
+        Path, typer.Option("--output", help="The backup file to write (atomically, mode 0600).", metavar="FILE")
+    ],
+    data_dir: DataDirOption = DEFAULT_DATA_DIR,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Write an encrypted backup of everything (users, sessions, nodes and their secrets, events,
+    settings, AI keys, the TLS pair) to FILE, while the manager keeps serving. Needs
+    MEDIAPLANE_MASTER_KEY; restoring needs the same one."""
+    from appliance import __version__
+    from services.manager.backup import make_backup
+
+    master_key = _master_key()
+    if not data_dir.is_dir() and database_url is None:
+        _fail(f"the data directory {data_dir} does not exist (nothing to back up)", 1)
+    url = _database_url(data_dir, database_url)
+    rows = _run_blocking(make_backup, url, data_dir, output, master_key, version=__version__)
+    sys.stdout.write(f"backed up {rows} row(s) to {output}\n")
+
+
+@app.command()
+def restore(
+    file: Annotated[Path, typer.Argument(help="A file written by mp-manager backup.", metavar="FILE")],
+    data_dir: DataDirOption = DEFAULT_DATA_DIR,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Restore a backup into an empty data directory (or empty database): refused when it holds
+    any data. Needs the MEDIAPLANE_MASTER_KEY the backup was made with; with the same
+    MEDIAPLANE_JWT_SECRET, sessions from before the backup stay valid."""
+    from services.manager.backup import restore_backup
+    from services.manager.paths import ensure_data_dir
+
+    master_key = _master_key()
+    if not file.is_file():
+        _fail(f"{file} is not a file", 2)
+    try:
+        ensure_data_dir(data_dir)
+    except StartupError as exc:
+        _fail(exc.message, 1)
+    url = _database_url(data_dir, database_url)
+    result = _run_blocking(restore_backup, file, url, data_dir, master_key)
+    rows = result.snapshot.rows
+    detail = ", ".join(f"{count} {table}" for table, count in rows.items())
+    sys.stdout.write(
+        f"restored a backup made {result.snapshot.created_at:%Y-%m-%d %H:%M:%S} UTC "
+        f"(from {result.snapshot.source_backend}, mediaplane {result.snapshot.software_version}): {detail}\n"
+    )
+    if result.tls_restored:
+        aside = " (the pair that was there is kept as *.before-restore)" if result.tls_set_aside else ""
+        sys.stdout.write(f"restored the TLS pair into {data_dir / 'tls'}{aside}\n")
+
+
+def _master_key() -> "SecretStr":
+    from services.manager.settings import master_key_from_env
+
+    try:
+        return master_key_from_env(os.environ)
+    except StartupError as exc:
+        _fail(exc.message, exc.exit_code)
+
+
+def _database_url(data_dir: Path, database_url: str | None) -> str:
+    from services.manager.paths import database_url as resolve
+
+    return resolve(data_dir, database_url)
+
+
+def _run_blocking(operation: Callable[..., T], *args: object, **kwargs: object) -> T:
+    """Runs a blocking store tool; the store's errors end the process with status 1 and their message."""
+    from appliance.errors import ApplianceError
+
+    try:
+        return operation(*args, **kwargs)
+    except ApplianceError as exc:
+        _fail(exc.message, 1)
 
 
 def _fail(message: str, status: int) -> NoReturn:

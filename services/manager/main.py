@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import signal
 import socket
-import stat
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -42,15 +40,17 @@ import trio
 from appliance import __version__, systemd
 from appliance.errors import NotFound, PersistFailed
 from appliance.http.app import serve
+from appliance.logs import configure_service_logging
 from services.manager import auth
 from services.manager.api.ws import register_hub
 from services.manager.app import build_app
 from services.manager.hub import NodeHub
 from services.manager.local_addresses import IpAddress, local_addresses
+from services.manager.paths import database_url, ensure_data_dir
 from services.manager.retention import retention_loop
 from services.manager.service import ManagerService
 from services.manager.settings import LogLevel, ManagerSettings, StartupError, TlsMode
-from services.manager.store import NewUser, Role, Store, StoreFailed, UnsupportedDatabaseUrl, UsersExist, sqlite_url
+from services.manager.store import NewUser, Role, Store, StoreFailed, UnsupportedDatabaseUrl, UsersExist
 from services.manager.tls import ensure_certificate
 
 __all__ = [
@@ -74,12 +74,8 @@ _log = logging.getLogger("mediaplane.manager")
 
 
 def configure_logging(level: LogLevel) -> None:
-    """Log to stderr (journald on the appliance), the edge's format (interop.md 1)."""
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    # One line per request only at --log-level debug: journald stays readable.
-    logging.getLogger("mediaplane.access").setLevel(logging.DEBUG if level is LogLevel.DEBUG else logging.WARNING)
+    """Log to stderr (journald on the appliance), as every service does (appliance.logs)."""
+    configure_service_logging(level.value)
 
 
 def prepare(
@@ -100,27 +96,6 @@ def prepare(
     else:
         _log.info("TLS mode behind_proxy: plain HTTP, no HSTS; the proxy in front terminates TLS")
     return ManagerService(settings, version=__version__, started_at=now, certificate=certificate)
-
-
-def ensure_data_dir(data_dir: Path) -> None:
-    if not data_dir.exists():
-        try:
-            data_dir.mkdir(mode=0o700, parents=True)
-            os.chmod(data_dir, 0o700)  # mkdir's mode is filtered by the umask
-        except OSError as exc:
-            raise StartupError(f"cannot create the data directory {data_dir}: {exc.strerror}") from exc
-        _log.info("created the data directory %s (0700)", data_dir)
-        return
-    if not data_dir.is_dir():
-        raise StartupError(f"the data directory {data_dir} is not a directory")
-    mode = stat.S_IMODE(data_dir.stat().st_mode)
-    if mode & 0o077:
-        _log.warning("the data directory %s is open to other users (mode %04o): it should be 0700", data_dir, mode)
-
-
-def database_url(data_dir: Path, url: str | None) -> str:
-    """``url`` when given, else the embedded SQLite file ``DATA_DIR/manager.db`` (interop.md 1.3)."""
-    return url if url else sqlite_url(data_dir)
 
 
 async def open_store(data_dir: Path, url: str | None) -> Store:

@@ -36,6 +36,7 @@ __all__ = [
     "ManagerSettings",
     "StartupError",
     "TlsMode",
+    "master_key_from_env",
     "resolve_settings",
 ]
 
@@ -132,6 +133,11 @@ def resolve_settings(
         database_url=SecretStr(database_url) if database_url else None,
         log_level=log_level,
     )
+
+
+def master_key_from_env(environ: Mapping[str, str]) -> SecretStr:
+    """``MEDIAPLANE_MASTER_KEY`` alone (``backup`` and ``restore`` need no other); StartupError (2)."""
+    return _hex64_secret(environ, MASTER_KEY_ENV)
 
 
 def _hex64_secret(environ: Mapping[str, str], name: str) -> SecretStr:

@@ -21,6 +21,7 @@ PostgreSQL uses psycopg 3 (``postgresql+psycopg://``); plain ``postgresql://`` a
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,6 +57,18 @@ _SQLITE_CONSTRAINT_STATES: Final = {
 def sqlite_url(data_dir: Path) -> str:
     """The URL of the embedded database, ``DATA_DIR/manager.db`` (interop 1.3)."""
     return sa.URL.create("sqlite", database=str(Path(data_dir).resolve() / SQLITE_FILE_NAME)).render_as_string()
+
+
+def create_private_file(path: Path) -> None:
+    """Creates an empty database file readable by its owner only, unless it exists.
+
+    SQLite gives the -wal and -shm files the database file's mode, so all three stay
+    private. A missing directory is left for SQLite to report (``StoreFailed``).
+    """
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except (FileExistsError, FileNotFoundError):
+        pass
 
 
 def resolve_url(url: str | sa.URL) -> sa.URL:

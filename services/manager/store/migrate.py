@@ -21,6 +21,7 @@ import argparse
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -77,7 +78,12 @@ def upgrade_to_head(target: str | sa.URL | sa.Engine) -> None:
             engine.dispose()
 
 
-def _upgrade(engine: sa.Engine) -> None:
+def _upgrade(engine: sa.Engine, then: Callable[[sa.Connection], None] | None = None) -> None:
+    """Migrates to head in one transaction; ``then(conn)`` runs in that same transaction after it.
+
+    ``then`` is how a restore loads its rows: the schema and the data commit together, or
+    neither does.
+    """
     config = alembic_config()
     with engine.connect() as conn:
         sqlite_connection = conn.connection.driver_connection if engine.dialect.name == "sqlite" else None
@@ -90,6 +96,8 @@ def _upgrade(engine: sa.Engine) -> None:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
                 config.attributes["connection"] = conn  # env.py runs inside this transaction
                 command.upgrade(config, "head")
+                if then is not None:
+                    then(conn)
                 if isinstance(sqlite_connection, sqlite3.Connection):
                     violations = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                     if violations:
@@ -97,6 +105,17 @@ def _upgrade(engine: sa.Engine) -> None:
         finally:
             if isinstance(sqlite_connection, sqlite3.Connection):
                 sqlite_connection.execute("PRAGMA foreign_keys = ON")
+
+
+def upgrade_then(engine: sa.Engine, operation: Callable[[sa.Connection], None]) -> None:
+    """Migrates ``engine``'s database to head and runs ``operation(conn)`` in the same transaction.
+
+    Under the migration lock, so no starting instance migrates meanwhile. On SQLite foreign
+    keys are off inside it and checked before the commit (see the module docstring), so
+    ``operation`` may insert parents and children in any order. Errors pass through, the
+    transaction rolled back.
+    """
+    _upgrade(engine, operation)
 
 
 def _new_revision(message: str) -> None:

@@ -20,7 +20,6 @@ come back as the frozen records of ``records``. Times are aware UTC datetimes, a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +31,7 @@ import sqlalchemy as sa
 import trio
 
 from . import events, nodes, sessions, settings, users
-from .engine import create_store_engine, resolve_url, run_in_transaction
+from .engine import create_private_file, create_store_engine, resolve_url, run_in_transaction
 from .migrate import upgrade_to_head
 from .records import (
     AiKeyRecord,
@@ -67,18 +66,6 @@ ALERT_SEVERITIES: Final = (EventSeverity.WARNING, EventSeverity.CRITICAL)
 def utc_now() -> datetime:
     """The wall clock, as the store's default clock."""
     return datetime.now(UTC)
-
-
-def _create_private_file(path: Path) -> None:
-    """Creates an empty database file readable by its owner only, unless it exists.
-
-    SQLite gives the -wal and -shm files the database file's mode, so all three stay
-    private. A missing directory is left for SQLite to report (``StoreFailed``).
-    """
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except (FileExistsError, FileNotFoundError):
-        pass
 
 
 class Store:
@@ -116,7 +103,7 @@ class Store:
         backend = resolved.get_backend_name()
         threads = max_threads or DEFAULT_THREADS[backend]
         if backend == "sqlite" and resolved.database:
-            await trio.to_thread.run_sync(_create_private_file, Path(resolved.database))
+            await trio.to_thread.run_sync(create_private_file, Path(resolved.database))
         engine = create_store_engine(resolved, pool_size=threads)
         store = cls(engine, max_threads=threads, clock=clock)
         try:
