@@ -11,9 +11,14 @@ Scenarios (bench/README.md says how each is measured):
      WebSocket stats clients are connected: packets lost must be 0
   6  memory: RSS of mp-edge (all processes) idle, with 1 flow and with 50 flows
 
-``--quick`` runs each scenario for about a second (the smoke test uses it: its figures mean
-nothing). Every load loop is bounded in count and time; all traffic stays on 127.0.0.1. The
-table goes to stdout, progress to stderr.
+After the table, the fleet manager benchmark (``bench/manager.py``: simulated nodes over WSS
+against one ``mp-manager``, 500 to 5,000 nodes, command round trip p50/p99, RSS per node) prints
+its own table; ``--no-manager`` skips it, ``--manager-only`` runs only it, and ``--only`` leaves
+it out.
+
+``--quick`` runs each scenario for about a second and the manager benchmark with 20 nodes (the
+smoke test uses it: its figures mean nothing). Every load loop is bounded in count and time; all
+traffic stays on 127.0.0.1. The table goes to stdout, progress to stderr.
 """
 
 from __future__ import annotations
@@ -74,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
     parser.add_argument("--keep", type=Path, default=None, help="keep logs and py-spy profiles in this directory")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy step in scenarios 1 and 2")
+    parser.add_argument("--no-manager", action="store_true", help="skip the fleet manager benchmark (bench/manager.py)")
+    parser.add_argument("--manager-only", action="store_true", help="run only the fleet manager benchmark")
     args = parser.parse_args(argv)
+    with_manager = not args.no_manager and (args.manager_only or not args.only)
 
     with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
         workdir = args.keep or Path(tmp)
@@ -89,12 +97,16 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             if args.quick:
                 opts.shared_edge = stack.enter_context(start_edge(workdir, "shared"))
-            for number in args.only or sorted(SCENARIOS):
+            for number in [] if args.manager_only else args.only or sorted(SCENARIOS):
                 title, run = SCENARIOS[number]
                 rows += _run_one(number, title, run, opts)
+        manager_ok = _run_manager(args.quick, workdir, opts.record) if with_manager else True
         elapsed = time.monotonic() - started
         load_after = load_average()
-        print(render(rows))
+        if rows or not args.manager_only:
+            print(render(rows))
+        if "manager" in opts.record:
+            print(opts.record["manager"].pop("text"))
         print(
             f"run took {elapsed:.0f} s; load average (1/5/15 min) {load_before} at the start, {load_after} at the end;"
             f" {os.cpu_count()} CPUs. Ratios = mediaplane / peer, measured alternately in this run."
@@ -108,7 +120,29 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.json:
             dump_json(args.json, opts.record)
-    return 0 if all(r.ours != "failed" for r in rows) else 1
+    return 0 if manager_ok and all(r.ours != "failed" for r in rows) else 1
+
+
+def _run_manager(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
+    """``bench.manager`` with its default steps (or ``--quick``'s 20 nodes); its table and figures
+    go into ``record["manager"]``. False when it broke (its traceback on stderr), never for a
+    goal not met: that is the verdict line's to say."""
+    from bench import manager as manager_bench
+
+    log(f"--- fleet manager benchmark (load average {load_average()})")
+    started = time.monotonic()
+    argv = ["--quick"] if quick else []
+    try:
+        opts = manager_bench.options_from(manager_bench.build_parser().parse_args(argv))
+        (workdir / "manager").mkdir(parents=True, exist_ok=True)
+        record["manager"] = manager_bench.run(opts, workdir / "manager")
+    except Exception:  # the scenario table above must still print
+        traceback.print_exc(file=sys.stderr)
+        record["manager"] = {"text": "fleet manager benchmark: failed (see stderr)"}
+        return False
+    finally:
+        log(f"--- fleet manager benchmark took {time.monotonic() - started:.0f} s")
+    return True
 
 
 def _run_one(number: int, title: str, run: Callable[[Options], list[Row]], opts: Options) -> list[Row]:
