@@ -85,6 +85,8 @@ class LiveNodes(Protocol):
 
     def latest_health(self, node_id: uuid.UUID) -> dict[str, object] | None: ...
 
+    def live_versions(self, node_id: uuid.UUID) -> tuple[str, int] | None: ...
+
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
@@ -251,6 +253,9 @@ class DashboardStream:
         uptime = _uptime(stats)
         if uptime is None and live_status is not None:
             uptime = _uptime(health)
+        # A connected node's versions from its socket: the row is written a moment later.
+        versions = self._live.live_versions(record.id) if live_status is not None else None
+        software_version, protocol_version = versions or (record.software_version, record.protocol_version)
         return DashboardNode(
             node_id=str(record.id),
             name=record.name,
@@ -258,8 +263,8 @@ class DashboardStream:
             status=ProtocolNodeStatus(status.value),
             stats=stats,
             health=health,
-            software_version=record.software_version,
-            protocol_version=record.protocol_version,
+            software_version=software_version,
+            protocol_version=protocol_version,
             uptime_secs=uptime,
         )
 

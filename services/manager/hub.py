@@ -75,6 +75,8 @@ from appliance.protocol import (
 )
 from appliance.protocol import CommandTimedOut as CommandTimeoutEvent
 from appliance.protocol import DeviceType as ProtocolDeviceType
+from services.manager.reports import DEFAULT_INTERVAL_S as REPORTS_INTERVAL_S
+from services.manager.reports import NodeReports
 from services.manager.secrets import SecretBox, SecretUnreadable
 from services.manager.store import DeviceType as StoreDeviceType
 from services.manager.store import EventSeverity, JsonValue, NewEvent, NodeCredentials, NodeStatus, Store
@@ -202,6 +204,7 @@ class _Connection:
     last_seen_written: float = -math.inf
     stats: dict[str, object] | None = None
     health: dict[str, object] | None = None
+    versions: tuple[str, int] | None = None  # software, protocol: from auth
     finished: trio.Event = field(default_factory=trio.Event)
 
 
@@ -253,6 +256,7 @@ class NodeHub:
         auth_timeout_s: float = AUTH_TIMEOUT_S,
         command_timeout_s: float = COMMAND_TIMEOUT_S,
         last_seen_write_interval_s: float = 5.0,
+        reports_interval_s: float = REPORTS_INTERVAL_S,
         lockout: Lockout | None = None,
         protocol_version: int = PROTOCOL_VERSION,
         wall_clock: Callable[[], datetime] = _utc_now,
@@ -260,7 +264,9 @@ class NodeHub:
         """``keepalive_interval_s``: ``ws_keepalive_interval_secs``; ``offline_threshold_s``:
         ``node_offline_threshold_secs`` (None: never idle-close). ``last_seen_write_interval_s``
         bounds how often ``stats`` alone writes ``last_seen_at`` (a status change, and every
-        ``health``, always write). ``lockout`` is kept in memory (a restart forgets it)."""
+        ``health``, always write). ``reports_interval_s``: how long runtime fields and events
+        wait to be written together (:class:`NodeReports`; :meth:`run` writes them).
+        ``lockout`` is kept in memory (a restart forgets it)."""
         self._store = store
         self._box = secret_box
         self._keepalive_interval_s = keepalive_interval_s
@@ -272,6 +278,8 @@ class NodeHub:
         self._protocol_version = protocol_version
         self._wall_clock = wall_clock
         self._connections: dict[uuid.UUID, _Connection] = {}
+        self.reports = NodeReports(store, interval_s=reports_interval_s, wall_clock=wall_clock)
+        """Status, last seen, health and events, written behind the read loops."""
         self._handlers: dict[type, Callable[[_Connection, ManagerEvent], Awaitable[None]]] = {
             AuthRequest: self._on_auth_request,
             NodeAuthenticated: self._on_authenticated,
@@ -309,10 +317,19 @@ class NodeHub:
         conn = self._connections.get(node_id)
         return conn.health if conn is not None else None
 
+    def live_versions(self, node_id: uuid.UUID) -> tuple[str, int] | None:
+        """The software and protocol versions a connected node sent in its ``auth``."""
+        conn = self._connections.get(node_id)
+        return conn.versions if conn is not None else None
+
     def live_status(self, node_id: uuid.UUID) -> NodeStatus | None:
         """The status of a connected node by the stats rule; None when not connected."""
         conn = self._connections.get(node_id)
         return conn.status if conn is not None else None
+
+    async def run(self) -> None:
+        """Writes what nodes report (:attr:`reports`) until cancelled. Start it once, beside serving."""
+        await self.reports.run()
 
     # ------------------------------------------------------------------ one socket
     async def serve(self, socket: NodeSocket) -> None:
@@ -404,8 +421,8 @@ class NodeHub:
                 return  # never authenticated
             try:
                 _log.info("node %s disconnected", node_id)
-                await self._store.update_node_runtime(node_id, status=NodeStatus.OFFLINE)
-                await self._record(node_id, Severity.CRITICAL, CONNECTION_CATEGORY, DISCONNECTED_MESSAGE)
+                self.reports.update_runtime(node_id, status=NodeStatus.OFFLINE)
+                self._record(node_id, Severity.CRITICAL, CONNECTION_CATEGORY, DISCONNECTED_MESSAGE)
             finally:
                 del self._connections[node_id]  # only now: a newer socket waits for this bookkeeping
         finally:
@@ -480,13 +497,14 @@ class NodeHub:
             with trio.move_on_after(CLEANUP_TIMEOUT_S):
                 await previous.finished.wait()
         conn.node_id = node_id
+        conn.versions = (event.software_version, event.protocol_version)
         self._connections[node_id] = conn
         conn.next_ping = trio.current_time() + self._keepalive_interval_s
         conn.wake.set()
         _log.info(
             "node %s connected (software %s, protocol %d)", node_id, event.software_version, event.protocol_version
         )
-        await self._store.update_node_runtime(
+        self.reports.update_runtime(
             node_id,
             status=NodeStatus.ONLINE,
             last_seen_at=self._wall_clock(),
@@ -494,12 +512,12 @@ class NodeHub:
             protocol_version=event.protocol_version,
         )
         conn.last_seen_written = trio.current_time()
-        await self._record(node_id, Severity.INFO, CONNECTION_CATEGORY, CONNECTED_MESSAGE)
+        self._record(node_id, Severity.INFO, CONNECTION_CATEGORY, CONNECTED_MESSAGE)
         self._request_config(conn)
 
     async def _on_compatibility_warning(self, conn: _Connection, event: ManagerEvent) -> None:
         assert isinstance(event, CompatibilityWarning) and conn.node_id is not None
-        await self._store_event(conn.node_id, event.event)
+        self._store_event(conn.node_id, event.event)
 
     # ------------------------------------------------------------------ what the node reports
     async def _on_stats(self, conn: _Connection, event: ManagerEvent) -> None:
@@ -510,20 +528,20 @@ class NodeHub:
         if status is not conn.status or now - conn.last_seen_written >= self._last_seen_write_interval_s:
             conn.status = status
             conn.last_seen_written = now
-            await self._store.update_node_runtime(conn.node_id, status=status, last_seen_at=self._wall_clock())
+            self.reports.update_runtime(conn.node_id, status=status, last_seen_at=self._wall_clock())
 
     async def _on_health(self, conn: _Connection, event: ManagerEvent) -> None:
         assert isinstance(event, HealthReceived) and conn.node_id is not None
         conn.health = event.health.root
         conn.last_seen_written = trio.current_time()
         health = cast(JsonValue, dict(event.health.root))  # JSON as received
-        await self._store.update_node_runtime(
+        self.reports.update_runtime(
             conn.node_id, status=conn.status, last_seen_at=self._wall_clock(), last_health=health
         )
 
     async def _on_event(self, conn: _Connection, event: ManagerEvent) -> None:
         assert isinstance(event, EventReceived) and conn.node_id is not None
-        await self._store_event(conn.node_id, event.event)  # already bounded by normalise_event
+        self._store_event(conn.node_id, event.event)  # already bounded by normalise_event
 
     async def _on_pong(self, conn: _Connection, event: ManagerEvent) -> None:
         pass  # it counted as "something arrived" in the session
@@ -565,12 +583,12 @@ class NodeHub:
         self._queue(conn, conn.session.get_config(uuid.uuid4(), now=trio.current_time()))
         conn.wake.set()
 
-    async def _record(self, node_id: uuid.UUID, severity: Severity, category: str, message: str) -> None:
-        await self._store_event(node_id, NodeEvent(severity=severity, category=category, message=message))
+    def _record(self, node_id: uuid.UUID, severity: Severity, category: str, message: str) -> None:
+        self._store_event(node_id, NodeEvent(severity=severity, category=category, message=message))
 
-    async def _store_event(self, node_id: uuid.UUID, event: NodeEvent) -> None:
+    def _store_event(self, node_id: uuid.UUID, event: NodeEvent) -> None:
         details = cast(JsonValue, dict(event.details)) if event.details is not None else None
-        await self._store.add_event(
+        self.reports.add_event(
             NewEvent(
                 node_id=node_id,
                 severity=EventSeverity.from_wire(event.severity.value),

@@ -39,14 +39,18 @@ def build(
     not_after: dt.datetime | None = None,
 ) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
+    valid_until = not_after or now + dt.timedelta(days=30)
+    # Before both: an already expired certificate (not_after in the past) still needs its
+    # validity to start before it ends, whatever today's date.
+    valid_from = min(now, valid_until) - dt.timedelta(days=1)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(subject))
         .issuer_name(_name(issuer))
         .public_key(public_key)
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(not_after or now + dt.timedelta(days=30))
+        .not_valid_before(valid_from)
+        .not_valid_after(valid_until)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     sans: list[x509.GeneralName] = []

@@ -61,6 +61,7 @@ class FakeHub:
         self.status: dict[uuid.UUID, NodeStatus] = {}
         self.stats: dict[uuid.UUID, dict[str, object]] = {}
         self.health: dict[uuid.UUID, dict[str, object]] = {}
+        self.versions: dict[uuid.UUID, tuple[str, int]] = {}
 
     def live_status(self, node_id: uuid.UUID) -> NodeStatus | None:
         return self.status.get(node_id)
@@ -70,6 +71,9 @@ class FakeHub:
 
     def latest_health(self, node_id: uuid.UUID) -> dict[str, object] | None:
         return self.health.get(node_id)
+
+    def live_versions(self, node_id: uuid.UUID) -> tuple[str, int] | None:
+        return self.versions.get(node_id)
 
 
 class Interval:

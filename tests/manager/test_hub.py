@@ -171,9 +171,17 @@ async def test_registration_is_single_use_and_brings_the_node_online(tmp_path: P
             assert node.registered is not None and node.registered.node_id == str(node_id)
             uuid.UUID(node.registered.node_secret.get_secret_value())  # a UUIDv4
             await eventually(lambda: _is(cached_config(env.store, node_id), CONFIG))
-            record = await env.store.get_node(node_id)
-            assert record is not None
-            assert (record.status, record.software_version, record.protocol_version) == (NodeStatus.ONLINE, "0.3.0", 1)
+
+            async def runtime_written() -> bool:  # by the hub's report writer, within its interval
+                record = await env.store.get_node(node_id)
+                assert record is not None
+                return (record.status, record.software_version, record.protocol_version) == (
+                    NodeStatus.ONLINE,
+                    "0.3.0",
+                    1,
+                )
+
+            await eventually(runtime_written)
             assert env.hub.is_connected(node_id)
 
             async with connect_node(env.url, env.ssl_context, token_credentials(token)) as second:

@@ -8,7 +8,7 @@ away; the hub records the node offline in a shielded ``finally``.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 
 from quart import Blueprint, current_app, websocket
 from quart_trio import QuartTrio
@@ -26,6 +26,23 @@ def register_hub(app: QuartTrio, hub: NodeHub) -> None:
     """Serve ``/ws/node`` on ``app`` with ``hub`` (found by routes through :func:`node_hub`)."""
     app.config[HUB_KEY] = hub
     app.register_blueprint(bp)
+
+
+@bp.before_app_serving
+async def start_hub() -> None:
+    """Starts the hub's report writer in the app's nursery once serving (cancelled with it)."""
+    app = cast(QuartTrio, current_app._get_current_object())  # type: ignore[attr-defined]
+    hub = app.config.get(HUB_KEY)
+    if isinstance(hub, NodeHub):
+        app.nursery.start_soon(hub.run)
+
+
+@bp.after_app_serving
+async def flush_hub() -> None:
+    """Writes what the nodes reported last (the offline marks of the sockets just closed)."""
+    hub = current_app.config.get(HUB_KEY)
+    if isinstance(hub, NodeHub):
+        await hub.reports.flush()
 
 
 def node_hub() -> NodeHub:

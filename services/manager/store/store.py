@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Concatenate, Final, ParamSpec, TypeVar, Unpack
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar, Unpack
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -32,6 +32,7 @@ import trio
 
 from . import events, nodes, sessions, settings, users
 from .engine import create_private_file, create_store_engine, resolve_url, run_in_transaction
+from .errors import NodeNotFound
 from .migrate import upgrade_to_head
 from .records import (
     AiKeyRecord,
@@ -295,6 +296,12 @@ class Store:
         """
         await self._run(True, nodes.update_node_runtime, node_id, runtime)
 
+    async def record_node_reports(self, runtime: Mapping[UUID, Mapping[str, Any]], batch: Sequence[NewEvent]) -> int:
+        """What the hub batched (``services.manager.reports``), in one transaction: the runtime
+        fields of each node (as ``update_node_runtime``; a node deleted meanwhile is skipped)
+        and the events. Returns how many nodes were skipped."""
+        return await self._run(True, _record_node_reports, runtime, list(batch), self._clock())
+
     async def mark_all_nodes_offline(self) -> int:
         """Sets every ``online``/``degraded``/``error`` node ``offline``: at start, before any node connects."""
         return await self._run(True, nodes.mark_all_nodes_offline)
@@ -377,3 +384,16 @@ class Store:
     async def delete_ai_key(self, user_id: UUID, provider: AiProvider) -> None:
         """Deletes the user's key for the provider. Raises ``AiKeyNotFound``."""
         await self._run(True, settings.delete_ai_key, user_id, provider)
+
+
+def _record_node_reports(
+    conn: sa.Connection, runtime: Mapping[UUID, Mapping[str, Any]], batch: Sequence[NewEvent], now: datetime
+) -> int:
+    skipped = 0
+    for node_id, fields in runtime.items():
+        try:
+            nodes.update_node_runtime(conn, node_id, fields)
+        except NodeNotFound:
+            skipped += 1
+    events.add_events(conn, batch, now)
+    return skipped
