@@ -16,10 +16,10 @@ sees only the events of those nodes (not the manager's own, node-less events); a
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Final
 from uuid import UUID
 
-import sqlalchemy as sa
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 from quart import Blueprint, Response, request
 
@@ -30,7 +30,6 @@ from services.manager.auth import visible_node_ids
 from services.manager.service import Principal, Timestamp
 from services.manager.store import EventFilter, EventPage, EventRecord, EventSeverity, Role, Store
 from services.manager.store import events as event_rows
-from services.manager.store.tables import events as events_table
 
 __all__ = ["EventOut", "EventQuery", "bp"]
 
@@ -108,35 +107,13 @@ def _check_node_access(allowed: frozenset[UUID] | None, node_id: UUID | None) ->
         raise errors.NotAllowed("no access to this node")
 
 
-# --- the scoped query ----------------------------------------------------------------------
-# The store filters by one node id; a user limited to several nodes needs ``node_id IN (…)``.
-# Until EventFilter takes a set, these run the store's own conditions plus that one.
-
-
-def _scoped_page(
-    conn: sa.Connection, where: EventFilter, node_ids: frozenset[UUID], page: int, per_page: int
-) -> EventPage:
-    conditions = [*event_rows._conditions(where), events_table.c.node_id.in_([str(n) for n in node_ids])]
-    total = conn.execute(sa.select(sa.func.count()).select_from(events_table).where(*conditions)).scalar_one()
-    rows = conn.execute(
-        sa.select(events_table)
-        .where(*conditions)
-        .order_by(events_table.c.created_at.desc(), events_table.c.id.desc())
-        .limit(per_page)
-        .offset((page - 1) * per_page)
-    )
-    return EventPage(rows=[event_rows._event(row) for row in rows], total=int(total))
-
-
 async def query_events(
     store: Store, where: EventFilter, allowed: frozenset[UUID] | None, page: int, per_page: int
 ) -> EventPage:
     """One page, limited to ``allowed`` nodes unless it is None."""
-    if allowed is None or where.node_id is not None:
-        return await store.query_events(where, page=page, per_page=per_page)
-    if not allowed:
-        return EventPage(rows=[], total=0)
-    return await store._run(False, _scoped_page, where, allowed, page, per_page)
+    if allowed is not None and where.node_id is None:
+        where = dataclasses.replace(where, node_ids=allowed)
+    return await store.query_events(where, page=page, per_page=per_page)
 
 
 async def count_alerts(store: Store, allowed: frozenset[UUID] | None) -> int:

@@ -65,6 +65,9 @@ def _conditions(where: EventFilter) -> list[sa.ColumnElement[bool]]:
     conditions: list[sa.ColumnElement[bool]] = []
     if where.node_id is not None:
         conditions.append(events.c.node_id == str(where.node_id))
+    if where.node_ids is not None:
+        # IN () is valid in SQLAlchemy (it renders an always-false expression) on both backends.
+        conditions.append(events.c.node_id.in_(sorted(str(n) for n in where.node_ids)))
     if where.severity is not None:
         conditions.append(events.c.severity == EventSeverity(where.severity).value)
     if where.category is not None:

@@ -262,9 +262,12 @@ class EventFilter:
 
     ``since``/``until`` are the query's ``from``/``to`` (inclusive). ``search`` is a
     case-insensitive substring match over message, category, node_id and severity.
+    ``node_ids`` limits to a set of nodes (a user's ``allowed_node_ids``); an empty set
+    matches nothing, and events of no node are outside every set.
     """
 
     node_id: UUID | None = None
+    node_ids: frozenset[UUID] | None = None
     severity: EventSeverity | None = None
     category: str | None = None
     flow_id: str | None = None

@@ -184,3 +184,16 @@ async def test_add_events_in_one_batch(store: Store) -> None:
     assert await store.add_events([event(f"queued {i} " + "x" * 10_001) for i in range(3)]) == 3
     page = await store.query_events()
     assert page.total == 3 and all(len(row.message) == 10_000 for row in page.rows)
+
+
+async def test_a_set_of_node_ids_limits_the_page_and_the_total(store: Store) -> None:
+    first, second, third = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    for node_id in (first, second, third, None):
+        await store.add_event(NewEvent(node_id=node_id, severity=EventSeverity.INFO, category="c", message="m"))
+
+    page = await store.query_events(EventFilter(node_ids=frozenset({first, third})))
+    assert page.total == 2 and {e.node_id for e in page.rows} == {first, third}
+    none = await store.query_events(EventFilter(node_ids=frozenset()))
+    assert (none.total, none.rows) == (0, [])
+    both = await store.query_events(EventFilter(node_ids=frozenset({first, second}), node_id=second))
+    assert [e.node_id for e in both.rows] == [second]
