@@ -205,6 +205,7 @@ class _Connection:
     stats: dict[str, object] | None = None
     health: dict[str, object] | None = None
     versions: tuple[str, int] | None = None  # software, protocol: from auth
+    cached_config: str | None = None  # what this connection last wrote to the config cache
     finished: trio.Event = field(default_factory=trio.Event)
 
 
@@ -556,7 +557,9 @@ class NodeHub:
         assert isinstance(event, ConfigReceived) and conn.node_id is not None
         # interop.md 13: cached and served as received (re-serialised compactly, key order kept).
         text = json.dumps(event.config.root, separators=(",", ":"), ensure_ascii=False)
-        await self._store.cache_node_config(conn.node_id, text)
+        if text != conn.cached_config:  # a repeated get_config of the same config writes nothing
+            await self._store.cache_node_config(conn.node_id, text)
+            conn.cached_config = text
         if event.command_id is not None:
             self._wake_waiter(conn, event.command_id, event)
 
@@ -570,6 +573,7 @@ class NodeHub:
         if event.action_type in MUTATING_ACTION_TYPES:
             # interop.md 6 "Config cache": drop it and ask again after a successful change.
             await self._store.cache_node_config(conn.node_id, None)
+            conn.cached_config = None
             if conn.session.state is ManagerState.AUTHENTICATED:
                 self._request_config(conn)
 

@@ -327,10 +327,10 @@ class ManagerService:
         is live (not revoked, not expired, restarts included) and its user is usable."""
         now = self._clock()
         claims = auth.decode_session_jwt(self.settings.jwt_secret.get_secret_value(), token, now)
-        session = await self.store.get_session(claims.session_id)
+        found = await self.store.get_session_and_user(claims.session_id)
+        session, user = found if found is not None else (None, None)
         if session is None or session.user_id != claims.user_id or not session.is_valid_at(now):
             raise errors.AuthRequired("invalid session")
-        user = await self.store.get_user(claims.user_id)
         if user is None or not auth.user_usable(user, now):
             raise errors.AuthRequired("invalid session")
         return Principal(user=user, session_id=session.id)

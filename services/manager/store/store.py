@@ -81,6 +81,8 @@ class Store:
         """Wraps an engine made by ``create_store_engine``; prefer ``Store.open``."""
         self._engine = engine
         self._limiter = trio.CapacityLimiter(max_threads)
+        # Other processes (mp-manager reset-password) still meet SQLite's busy timeout.
+        self._writes_one_at_a_time = trio.Lock() if engine.dialect.name == "sqlite" else None
         self._clock = clock
         self._closed = False
 
@@ -148,6 +150,22 @@ class Store:
     ) -> R:
         if self._closed:
             raise RuntimeError("the store is closed")
+        if write and self._writes_one_at_a_time is not None:
+            # SQLite has one writer at a time. Two of our pooled connections racing for it
+            # would leave the loser in SQLite's busy handler, which sleeps in steps of up to
+            # 100 ms while holding one of our threads; queueing here costs nothing instead
+            # (bench/manager.py: command p50 330 ms at 250 nodes before this).
+            async with self._writes_one_at_a_time:
+                return await self._in_thread(write, operation, *args, **kwargs)
+        return await self._in_thread(write, operation, *args, **kwargs)
+
+    async def _in_thread(
+        self,
+        write: bool,
+        operation: Callable[Concatenate[sa.Connection, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
         return await trio.to_thread.run_sync(
             lambda: run_in_transaction(self._engine, write, operation, *args, **kwargs), limiter=self._limiter
         )
@@ -203,6 +221,11 @@ class Store:
     async def get_session(self, session_id: UUID) -> SessionRecord | None:
         """The session, revoked or not, or None (never issued, or purged after expiry)."""
         return await self._run(False, sessions.get_session, session_id)
+
+    async def get_session_and_user(self, session_id: UUID) -> tuple[SessionRecord, UserRecord | None] | None:
+        """The session and its user in one transaction (every authenticated request asks both);
+        None when there is no such session."""
+        return await self._run(False, _session_and_user, session_id)
 
     async def revoke_session(self, session_id: UUID) -> bool:
         """Revokes one session (logout). True if it was live; idempotent."""
@@ -397,3 +420,10 @@ def _record_node_reports(
             skipped += 1
     events.add_events(conn, batch, now)
     return skipped
+
+
+def _session_and_user(conn: sa.Connection, session_id: UUID) -> tuple[SessionRecord, UserRecord | None] | None:
+    session = sessions.get_session(conn, session_id)
+    if session is None:
+        return None
+    return session, users.get_user(conn, session.user_id)

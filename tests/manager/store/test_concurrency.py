@@ -67,10 +67,18 @@ async def test_threads_in_use_never_exceed_the_limiter(store: Store, monkeypatch
     monkeypatch.setattr("services.manager.store.store.run_in_transaction", counting_run)
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
+            for _ in range(3 * limit):
+                nursery.start_soon(store.query_events)
+    assert peak == limit
+    # Writes: SQLite has one writer, so the store queues them in trio (never in SQLite's
+    # sleeping busy handler); PostgreSQL takes them up to the limit.
+    peak = 0
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
             for i in range(3 * limit):
                 nursery.start_soon(store.add_event, new_event(i))
     assert (await store.query_events()).total == 3 * limit
-    assert peak == limit
+    assert peak == (1 if store.backend == "sqlite" else limit)
 
 
 async def test_connection_setup(store: Store) -> None:
