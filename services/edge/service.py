@@ -17,24 +17,29 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import trio
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from appliance import errors
 from appliance.config.store import EdgeConfigStore, ensure_jwt_secret, merge_kept_secrets, public_config
 from appliance.http.envelope import describe_validation_error
+from appliance.manager_client import ALLOW_INSECURE_ENV, ManagerClient
 from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig
-from appliance.models.events import Event, EventCategory, info, warning
+from appliance.models.events import Event, EventCategory, StoredEvent, info, warning
 from appliance.models.kinds import find_clash
 from appliance.models.stats import FlowCounters, FlowState, StatsSnapshot
+from services.edge.config_diff import plan_config_change
 from services.edge.engine.kinds import check_output_supported, check_supported
 from services.edge.engine.supervisor import WORKER_NICE, WORKER_REALTIME, Engine, EngineError
 from services.edge.events import EventBus
 from services.edge.lifecycle import FlowLifecycle, Trigger
+from services.edge.manager_link import EdgeLinkHost
 from services.edge.stats import StatsAggregator
 
 _log = logging.getLogger("mediaplane.edge")
@@ -115,6 +120,12 @@ class EdgeService:
         self._lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         self.snapshot_listeners: list[Callable[[StatsSnapshot], None]] = []
+        # The manager link (services/edge/manager_link.py) runs with link_config: the block
+        # read at start, followed by every persisted change except the setup wizard's, which
+        # takes effect at restart (interop.md 3).
+        self.link_config: ManagerConfig | None = config.manager
+        self.manager_link = ManagerClient(EdgeLinkHost(self), allow_insecure=os.environ.get(ALLOW_INSECURE_ENV) == "1")
+        self.events.listeners.append(self._to_manager)
         for flow in config.flows:
             self.lifecycle.add(flow.id)
 
@@ -128,6 +139,7 @@ class EdgeService:
                     if flow.enabled:
                         await self._start(flow, raise_errors=False)
             nursery.start_soon(self._tick)
+            nursery.start_soon(self.manager_link.run)
             task_status.started()
             try:
                 await trio.sleep_forever()
@@ -155,6 +167,11 @@ class EdgeService:
     def publish(self, event: Event) -> None:
         """An event of the control process onto the bus."""
         self.events.publish(event)
+
+    def _to_manager(self, event: StoredEvent) -> None:
+        # interop.md 6 "Node client": every event goes to the manager, queued while the link is down.
+        if self.link_config is not None and self.link_config.enabled:
+            self.manager_link.enqueue_event(event)
 
     # ------------------------------------------------------------------ engine callbacks
 
@@ -258,9 +275,12 @@ class EdgeService:
 
     # ------------------------------------------------------------------ configuration changes
 
-    async def _persist(self, config: AppConfig) -> None:
+    async def _persist(self, config: AppConfig, *, follow_link: bool = True) -> None:
         await trio.to_thread.run_sync(self.store.save, config)
         self.config = config
+        if follow_link and config.manager != self.link_config:
+            self.link_config = config.manager
+            self.manager_link.reconfigure()  # a new URL, credentials or on/off: connect afresh
 
     def _with_flows(self, flows: list[FlowConfig], changed: Iterable[str]) -> AppConfig:
         return validate_config(self.config.model_copy(update={"flows": flows}), changed)
@@ -394,6 +414,125 @@ class EdgeService:
             raise EngineFailed("configuration applied, but these flows failed to start: " + ", ".join(failed))
         return public_config(config)
 
+    async def apply_config_change(self, new_config: AppConfig) -> dict[str, Any]:
+        """The manager's ``update_config`` (interop.md 6): diffed, not replaced wholesale.
+
+        Secrets are merged as ``replace_config`` does (interop.md 2.7), the whole result is
+        validated (400/409 as over REST) and persisted first; then the plan of
+        ``services.edge.config_diff`` is carried out: deleted flows are stopped and
+        forgotten, replaced flows (input or any non-output field changed) are stopped and
+        started again if enabled, outputs-only changes are made hot on a running flow (it
+        keeps running; on a flow that is not running the file is all there is to change),
+        created flows are started if enabled. Unchanged flows are never touched. Tunnels are
+        only persisted (the edge does not run them yet).
+
+        Order: every stop and output removal first, then the starts and output additions,
+        so an address one flow gives up can be taken by another in the same change. A flow
+        or output that fails to start does not stop the rest; they are all listed in one
+        ``EngineFailed`` at the end (the configuration stays applied, as with ``_apply``).
+        """
+        async with self._mutating():
+            merged = ensure_jwt_secret(merge_kept_secrets(new_config, self.config))  # interop.md 2.1, 2.7
+            if merged.node_id is None:
+                merged = merged.model_copy(update={"node_id": self.config.node_id})
+            changed = plan_config_change(self.config, merged).changed_flow_ids
+            config = validate_config(merged, changed)
+            plan = plan_config_change(self.config, config)
+            await self._persist(config)  # first: a failed write changes nothing
+            failed: list[str] = []
+
+            for flow_id in plan.deleted:
+                if self.engine.is_running(flow_id):
+                    try:
+                        await self._stop(flow_id)
+                    except EngineFailed:
+                        _log.error("flow %s deleted but its engine stop failed", flow_id)
+                self.lifecycle.forget(flow_id)
+                self.stats.forget(flow_id)
+                self.publish(info(EventCategory.FLOW, "flow deleted", flow_id=flow_id))
+
+            for flow in plan.replaced:
+                self.publish(info(EventCategory.FLOW, "flow updated", flow_id=flow.id))
+                if self.engine.is_running(flow.id):
+                    try:
+                        await self._stop(flow.id)
+                    except EngineFailed as exc:  # the engine dropped it all the same
+                        _log.error("config change: %s", exc.message)
+
+            hot = {change.flow_id for change in plan.output_changes if self.engine.is_running(change.flow_id)}
+            for change in plan.output_changes:
+                for output_id in change.removed:
+                    if change.flow_id in hot:
+                        try:
+                            await self.engine.remove_output(change.flow_id, output_id)
+                        except EngineError as exc:
+                            _log.error("flow %s: output %s failed to stop: %s", change.flow_id, output_id, exc)
+                            failed.append(f"{change.flow_id} (output '{output_id}' failed to stop: {exc})")
+                    self.publish(
+                        info(
+                            EventCategory.FLOW,
+                            f"output '{output_id}' removed",
+                            flow_id=change.flow_id,
+                            output_id=output_id,
+                        )
+                    )
+
+            for flow in plan.replaced:
+                if flow.enabled:
+                    await self._start(flow, raise_errors=False)
+                    if self.state_of(flow.id) is FlowState.ERROR:
+                        failed.append(flow.id)
+
+            for change in plan.output_changes:
+                for output in change.added:
+                    if change.flow_id in hot:
+                        try:
+                            await self.engine.add_output(change.flow_id, output)
+                        except EngineError as exc:
+                            self.publish(
+                                warning(
+                                    EventCategory.FLOW,
+                                    f"output '{output.id}' failed to start: {exc}",
+                                    flow_id=change.flow_id,
+                                    output_id=output.id,
+                                )
+                            )
+                            failed.append(f"{change.flow_id} (output '{output.id}' failed to start: {exc})")
+                            continue
+                    self.publish(
+                        info(
+                            EventCategory.FLOW,
+                            f"output '{output.id}' added",
+                            flow_id=change.flow_id,
+                            output_id=output.id,
+                        )
+                    )
+
+            for flow in plan.created:
+                self.lifecycle.add(flow.id)
+                self.publish(info(EventCategory.FLOW, "flow created", flow_id=flow.id))
+                if flow.enabled:
+                    await self._start(flow, raise_errors=False)
+                    if self.state_of(flow.id) is FlowState.ERROR:
+                        failed.append(flow.id)
+
+            self.publish(
+                info(
+                    EventCategory.CONFIG,
+                    "config from the manager applied",
+                    flows_created=[flow.id for flow in plan.created],
+                    flows_deleted=list(plan.deleted),
+                    flows_restarted=[flow.id for flow in plan.replaced],
+                    flows_outputs_changed=[change.flow_id for change in plan.output_changes],
+                    tunnels_added=list(plan.tunnels_added),
+                    tunnels_removed=list(plan.tunnels_removed),
+                    tunnels_changed=list(plan.tunnels_changed),
+                )
+            )
+            if failed:
+                raise EngineFailed("configuration applied, but these flows failed to start: " + ", ".join(failed))
+            return public_config(self.config)
+
     # ------------------------------------------------------------------ setup wizard (interop.md 3)
 
     def setup_status(self) -> dict[str, Any]:
@@ -412,7 +551,46 @@ class EdgeService:
         """Apply the wizard's form to a copy of the config and persist it (effective at restart)."""
         async with self._mutating():
             config = build_setup_config(self.config, body)
-            await self._persist(config)
+            await self._persist(config, follow_link=False)  # interop.md 3: effective at restart
+
+    # ------------------------------------------------------------------ the manager link (interop.md 6)
+
+    async def save_manager_credentials(self, node_id: str, node_secret: SecretStr) -> None:
+        """A ``register_ack``: node id to config.json, the secret to secrets.json, the token
+        cleared, the wizard off (interop.md 6 "Credential persistence").
+
+        A failed write is reported (a ``config`` warning) and the credentials are kept in
+        memory, so this run stays connected; the file is written again at the next change.
+        """
+        async with self._mutating():
+            current = self.link_config or self.config.manager or ManagerConfig()
+            manager = current.model_copy(
+                update={"node_id": uuid.UUID(node_id), "node_secret": node_secret, "registration_token": None}
+            )
+            self.link_config = manager  # before _persist: this is not a change to reconnect for
+            file_manager = (self.config.manager or current).model_copy(
+                update={"node_id": manager.node_id, "node_secret": node_secret, "registration_token": None}
+            )
+            new = self.config.model_copy(update={"manager": file_manager, "setup_enabled": False})
+            try:
+                await self._persist(new, follow_link=False)
+            except errors.PersistFailed as exc:
+                self.config = new
+                self.publish(warning(EventCategory.CONFIG, f"persisting the manager credentials failed: {exc.message}"))
+                _log.error("persisting the manager credentials failed: %s", exc.message)
+
+    async def rotate_manager_secret(self, new_secret: SecretStr) -> None:
+        """``rotate_secret``: the new secret persisted before the ack (PersistFailed: the ack
+        fails and the old secret stays). The manager accepts both until it has the ack, so a
+        lost ack cannot lock the node out (interop.md 6)."""
+        async with self._mutating():
+            current = self.link_config or self.config.manager
+            if current is None:
+                raise errors.InvalidInput("the manager link is not configured")
+            manager = current.model_copy(update={"node_secret": new_secret})
+            file_manager = (self.config.manager or current).model_copy(update={"node_secret": new_secret})
+            await self._persist(self.config.model_copy(update={"manager": file_manager}), follow_link=False)
+            self.link_config = manager  # the next connection uses it; this one stays up
 
 
 _SETUP_KEYS: Final = frozenset(

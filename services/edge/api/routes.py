@@ -272,6 +272,14 @@ async def reload_config() -> Response:
     return ok(await edge().reload_config())
 
 
+@bp.get("/api/v1/manager")
+@guarded("any")
+async def manager_link() -> Response:
+    """The manager link's state (beyond the spec, issue 14): disabled, connecting, registering,
+    authenticating, connected (since when) or waiting, the last error, node id, manager URL."""
+    return ok(edge().manager_link.status())
+
+
 @bp.get("/api/v1/system/diagnostics")
 @guarded("any")
 async def diagnostics() -> Response:
