@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import itertools
 import select
 import socket
+import struct
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 
 import pytest
 
 from appliance.netio import BatchReceiver, BatchSender, _libc, join_multicast, set_dscp, set_socket_buffers
+from appliance.netio import receiver as receiver_module
 from appliance.netio.sockopts import multicast_request
 
 FAMILIES = [pytest.param(socket.AF_INET, id="ipv4"), pytest.param(socket.AF_INET6, id="ipv6")]
@@ -21,6 +25,34 @@ RTP_SIZE = 1328  # 12-byte RTP header + 7 x 188 TS packets
 
 def _loopback(family: int) -> str:
     return "127.0.0.1" if family == socket.AF_INET else "::1"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kernel_timestamps_switched_on() -> Iterator[None]:
+    """Hold an SO_TIMESTAMPNS socket open, once the kernel stamps datagrams as they arrive.
+
+    The first socket in the system to ask for timestamps only schedules their switch-on (the
+    netstamp static key, flipped from a work item); a datagram queued before that runs gets the
+    receive call's time ("race between timestamp enabling and packet receiving" in the kernel's
+    __sock_recv_timestamp). That made the first test's early datagrams look ~20 ms (its sleep)
+    younger than later ones. While this socket holds the switch on, any new receiver gets true
+    arrival times from its first datagram.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(2.0)
+        sock.setsockopt(socket.SOL_SOCKET, _libc.SO_TIMESTAMPNS, 1)
+        deadline = time.monotonic() + 2.0
+        while True:
+            sock.sendto(b"probe", sock.getsockname())
+            time.sleep(0.005)
+            called = time.time()
+            _, ancdata, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(16))
+            sec, nsec = struct.unpack_from("=qq", ancdata[0][2])
+            if sec + nsec * 1e-9 < called - 0.002:  # stamped on arrival, not at the receive call
+                break
+            assert time.monotonic() < deadline, "the kernel never switched receive timestamps on"
+        yield
 
 
 @pytest.fixture(params=FAMILIES)
@@ -57,6 +89,41 @@ def _wait_readable(sock: socket.socket) -> None:
     assert readable, "nothing arrived within 2 s"
 
 
+WallClock = tuple[float, float, float]  # (time.time(), its offset from time.monotonic(), uncertainty)
+
+
+def _wall_clock() -> WallClock:
+    """``time.time()`` read between two ``time.monotonic()`` reads.
+
+    CLOCK_MONOTONIC follows NTP's slewing of CLOCK_REALTIME but never its steps, so the change of
+    the offset between two readings is how far the wall clock (and SO_TIMESTAMPNS) stepped.
+    """
+    before = time.monotonic()
+    wall = time.time()
+    after = time.monotonic()
+    return wall, wall - (before + after) / 2, (after - before) / 2
+
+
+def _clock_step(start: WallClock, end: WallClock) -> float:
+    """A bound on how far the wall clock stepped, either way, between two readings."""
+    return abs(end[1] - start[1]) + start[2] + end[2]
+
+
+def _assert_kernel_times(arrivals: list[float], start: WallClock, end: WallClock) -> None:
+    """``arrivals``: kernel times of datagrams sent in list order between the two readings.
+
+    Each lies in [start, end] and they run in send order; the only slack is the wall-clock step
+    measured between the readings (an NTP step between packets shifts the later ones by it).
+    Missing, zero or misread times (another field, another message's) fall outside or out of order.
+    """
+    step = _clock_step(start, end)
+    low, high = start[0] - 0.001 - step, end[0] + step
+    outside = [arrival for arrival in arrivals if not low <= arrival <= high]
+    assert not outside, f"{len(outside)} times outside [{low:.6f}, {high:.6f}], e.g. {outside[0]!r}"
+    backwards = sum(max(0.0, a - b) for a, b in itertools.pairwise(arrivals))
+    assert backwards <= step + 1e-6, f"times go back {backwards:.6f} s in all, the clock stepped {step:.6f} s"
+
+
 def _receive_all(rx: BatchReceiver, sock: socket.socket, expected: int) -> tuple[list[bytes], list[float], list]:
     """Drain with recv_batch until ``expected`` datagrams arrived (bounded: 2 s)."""
     data: list[bytes] = []
@@ -86,28 +153,40 @@ def _plain_receive(sock: socket.socket, expected: int) -> list[bytes]:
 
 @pytest.mark.parametrize("fallback", PATHS)
 def test_recv_batch_gives_contents_lengths_sources_and_kernel_times(
-    sockets: tuple[socket.socket, socket.socket], fallback: bool
+    sockets: tuple[socket.socket, socket.socket], fallback: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rx_sock, tx_sock = sockets
+    # The receiver reads its own clock only for a datagram the kernel gave no time: make that
+    # time unmistakable, so no wall-clock tolerance can let it pass for a kernel time.
+    no_kernel_time = -1.0
+    monkeypatch.setattr(receiver_module, "time", SimpleNamespace(time=lambda: no_kernel_time))
     rx = BatchReceiver(rx_sock, batch=64, force_fallback=fallback)
     assert rx.batched is not fallback
     sizes = [1, 7, 188, RTP_SIZE, 1500, 2048, 12, 1316]
     sent = [_datagram(i, sizes[i % len(sizes)]) for i in range(40)]
-    before = time.time()
-    for datagram in sent:
+    half = len(sent) // 2
+    start = _wall_clock()
+    for datagram in sent[:half]:
+        tx_sock.sendto(datagram, _addr(rx_sock))
+    paused = time.monotonic()
+    time.sleep(0.01)  # each datagram has its own time: the second half's come >= 10 ms later
+    pause = time.monotonic() - paused
+    for datagram in sent[half:]:
         tx_sock.sendto(datagram, _addr(rx_sock))
     time.sleep(0.02)  # the arrival times must be the kernel's, not this later return time
     _wait_readable(rx_sock)
     count = rx.recv_batch()
-    after = time.time()
+    end = _wall_clock()
 
     assert count == len(sent) == len(rx.views) == len(rx.arrivals) == len(rx.sources)
     assert [bytes(v) for v in rx.views] == sent
     assert [len(v) for v in rx.views] == [len(d) for d in sent]
     assert rx.sources == [_addr(tx_sock)] * len(sent)
-    assert rx.arrivals == sorted(rx.arrivals)
-    assert before - 0.001 <= rx.arrivals[0] and rx.arrivals[-1] <= after
-    assert after - rx.arrivals[-1] >= 0.015, "arrival looks like the return time, not the kernel's"
+    assert no_kernel_time not in rx.arrivals, "a datagram came without a kernel time"
+    _assert_kernel_times(rx.arrivals, start, end)
+    step = _clock_step(start, end)
+    assert rx.arrivals[half] - rx.arrivals[half - 1] >= pause - 0.005 - step, "datagrams share one time"
+    assert end[0] - max(rx.arrivals) >= 0.015 - step, "arrival looks like the return time, not the kernel's"
     assert rx.recv_batch() == 0
 
 
@@ -120,13 +199,15 @@ def test_recv_batch_reports_each_datagrams_own_source(
         other.bind((_loopback(family), 0))
         rx = BatchReceiver(rx_sock, force_fallback=fallback)
         senders = [tx_sock, other, other, tx_sock, other]
+        start = _wall_clock()
         for index, sender in enumerate(senders):
             sender.sendto(_datagram(index, 50), _addr(rx_sock))
         _wait_readable(rx_sock)
         assert rx.recv_batch() == len(senders)
+        end = _wall_clock()
         assert rx.sources == [_addr(s) for s in senders]
         assert [bytes(v) for v in rx.views] == [_datagram(i, 50) for i in range(len(senders))]
-        assert rx.arrivals == sorted(rx.arrivals) and time.time() - rx.arrivals[0] < 2
+        _assert_kernel_times(rx.arrivals, start, end)
 
 
 @pytest.mark.parametrize("fallback", PATHS)
@@ -237,11 +318,13 @@ def test_gro_receiver_splits_coalesced_buffers(sockets: tuple[socket.socket, soc
     rx_sock, tx_sock = sockets
     rx = BatchReceiver(rx_sock, gro=True, force_fallback=fallback)
     sent = [_datagram(i, RTP_SIZE) for i in range(100)] + [_datagram(100, 200)]
+    start = _wall_clock()
     assert BatchSender(tx_sock).send_batch(sent, _addr(rx_sock)) == len(sent)
     data, arrivals, sources = _receive_all(rx, rx_sock, len(sent))
+    end = _wall_clock()
     assert data == sent
     assert sources == [_addr(tx_sock)] * len(sent)
-    assert arrivals == sorted(arrivals)
+    _assert_kernel_times(arrivals, start, end)
 
 
 def test_send_batch_stops_at_eagain_without_raising() -> None:
