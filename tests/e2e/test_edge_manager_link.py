@@ -9,6 +9,7 @@ with the events of the outage delivered in order.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +83,7 @@ def linked(tmp_path: Path) -> Iterator[Linked]:
     assert setup_super_admin(tmp_path / "manager").returncode == 0
     manager = start_manager(tmp_path / "manager")
     admin = manager.client(timeout=20)
-    edge: Edge | None = None
+    state: Linked | None = None
     try:
         assert login(admin).status_code == 200
         created = admin.post("/api/v1/nodes", json={"name": "ob-truck-3"})
@@ -90,11 +91,12 @@ def linked(tmp_path: Path) -> Iterator[Linked]:
         node_id, token = created.json()["id"], created.json()["registration_token"]
         config_dir = tmp_path / "edge"
         edge = start_edge(config_dir, config=edge_config(manager, token, flows=[rtp_flow("cam1"), rtp_flow("cam2")]))
+        state = Linked(manager, admin, node_id, edge, config_dir)
         wait_for(lambda: node_status(admin, node_id) == "online", timeout=30)
-        yield Linked(manager, admin, node_id, edge, config_dir)
+        yield state
     finally:
-        if edge is not None:
-            edge.stop()
+        if state is not None:
+            state.edge.stop()  # the one running now: a test may have restarted it
         admin.close()
         manager.stop()
 
@@ -196,3 +198,76 @@ def test_events_arrive_in_the_manager_and_queue_through_a_manager_restart(linked
                 wait_for(lambda: client.get("/api/v1/manager").json()["data"]["events_queued"] == 0)
     finally:
         restarted.stop()
+
+
+def test_rotate_secret_is_persisted_before_the_ack_and_used_after_a_restart(linked: Linked) -> None:
+    admin, node_id = linked.admin, linked.node_id
+    before = (linked.config_dir / "secrets.json").read_bytes()
+    new_secret = "5a1d0c9e-rotated-" + "7" * 16
+    r = command(admin, node_id, {"type": "rotate_secret", "new_secret": new_secret})
+    assert r.status_code == 200, r.text
+    assert (linked.config_dir / "secrets.json").read_bytes() != before
+    assert new_secret.encode() not in (linked.config_dir / "secrets.json").read_bytes()  # encrypted at rest
+
+    port = linked.edge.port
+    assert linked.edge.stop() == 0
+    wait_for(lambda: node_status(admin, node_id) == "offline", timeout=15)
+    linked.edge = start_edge(linked.config_dir, port=port)
+    wait_for(lambda: node_status(admin, node_id) == "online", timeout=30)
+    with linked.edge.client() as client:
+        assert client.get("/api/v1/manager").json()["data"]["state"] == "connected"
+
+
+def _edge_with_manager_block(tmp_path: Path, manager: Manager, block: dict[str, Any], **kwargs: Any) -> Edge:
+    config = {
+        "version": 1,
+        "setup_enabled": False,
+        "server": {"listen_addr": "127.0.0.1", "listen_port": 8080},
+        "manager": {"enabled": True, "url": f"wss://127.0.0.1:{manager.port}/ws/node", **block},
+        "flows": [],
+    }
+    return start_edge(tmp_path / "edge", config=config, **kwargs)
+
+
+def _link(edge: Edge) -> dict[str, Any]:
+    with edge.client() as client:
+        return dict(client.get("/api/v1/manager").json()["data"])
+
+
+def test_a_refused_certificate_or_secret_is_reported_and_retried(tmp_path: Path) -> None:
+    assert setup_super_admin(tmp_path / "manager").returncode == 0
+    manager = start_manager(tmp_path / "manager")
+    try:
+        # A pinned fingerprint that is not the manager's: refused before anything is sent.
+        wrong_pin = ":".join(["AB"] * 32)
+        edge = _edge_with_manager_block(tmp_path, manager, {"cert_fingerprint": wrong_pin, "registration_token": "t"})
+        try:
+            wait_for(lambda: _link(edge)["last_error"] is not None, timeout=20)
+            status = _link(edge)
+            assert status["state"] in ("waiting", "connecting")
+            assert "does not match cert_fingerprint" in status["last_error"]
+        finally:
+            edge.stop()
+
+        # accept_self_signed_cert without MEDIAPLANE_ALLOW_INSECURE=1: the CA check stays on.
+        edge = _edge_with_manager_block(tmp_path, manager, {"accept_self_signed_cert": True, "registration_token": "t"})
+        try:
+            wait_for(lambda: _link(edge)["last_error"] is not None, timeout=20)
+            assert "TLS with the manager failed" in _link(edge)["last_error"]
+        finally:
+            edge.stop()
+
+        # With it, TLS passes and a wrong node secret is refused by the manager: a critical
+        # manager event on the edge, and the reason in the link's state.
+        block = {"accept_self_signed_cert": True, "node_id": str(uuid.uuid4()), "node_secret": "wrong-secret"}
+        edge = _edge_with_manager_block(tmp_path, manager, block, extra_env={"MEDIAPLANE_ALLOW_INSECURE": "1"})
+        try:
+            wait_for(lambda: "refused authentication" in (_link(edge)["last_error"] or ""), timeout=20)
+            with edge.client() as client:
+                events = client.get("/api/v1/events").json()["data"]["events"]
+            assert any(e["category"] == "manager" and e["severity"] == "critical" for e in events)
+            assert "wrong-secret" not in edge.log()
+        finally:
+            edge.stop()
+    finally:
+        manager.stop()
