@@ -4,8 +4,9 @@ Starts ``mp-edge`` on 127.0.0.1:8080 with a config dir under ``.demo/``, creates
 demo flow (RTP in on 127.0.0.1:5000, a raw-UDP TS output to 127.0.0.1:5004 and an
 RTP output to 127.0.0.1:5006), feeds it a live H.264 + AAC MPEG-TS test stream
 from ffmpeg, starts ``mp-manager`` on https://127.0.0.1:8443 (its two secrets generated
-once into ``.demo/manager.env``, mode 0600, and a first ``admin`` user), and prints what to
-open and type. Ctrl-C stops everything cleanly.
+once into ``.demo/manager.env``, mode 0600, and a first ``admin`` user), registers the edge
+with it (a node created in the manager, its token and the manager's certificate fingerprint
+in the edge's ``manager`` block), and prints what to open and type. Ctrl-C stops everything cleanly.
 """
 
 from __future__ import annotations
@@ -137,6 +138,62 @@ def _start_manager() -> subprocess.Popen[bytes] | None:
     )
 
 
+def _link_edge_to_manager() -> str:
+    """Register the demo edge with the demo manager (once): a node created in the manager, its
+    token and the manager's certificate fingerprint put in the edge's ``manager`` block through
+    ``PUT /api/v1/config`` (the link follows at once). Returns one line for the banner."""
+    import hashlib
+    import ssl
+
+    import httpx
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    status, answer = _request("GET", "/api/v1/manager")
+    link = answer.get("data") if status == 200 else None
+    if isinstance(link, dict) and link.get("registered"):
+        return f"the edge is registered as node {link.get('node_id')} ({link.get('state')})"
+    cert_path = MANAGER_DIR / "tls" / "cert.pem"
+    deadline = time.monotonic() + 30
+    while not cert_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    context = ssl.create_default_context(cafile=str(cert_path))
+    der = x509.load_pem_x509_certificate(cert_path.read_bytes()).public_bytes(Encoding.DER)
+    fingerprint = ":".join(f"{b:02X}" for b in hashlib.sha256(der).digest())
+    with httpx.Client(base_url=MANAGER_URL, verify=context, timeout=10) as manager:
+        while True:
+            try:
+                if manager.get("/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                return "the manager did not answer: the edge is not linked"
+            time.sleep(0.2)
+        login = manager.post("/api/v1/auth/login", json={"username": MANAGER_USER, "password": MANAGER_PASSWORD})
+        if login.status_code != 200:
+            return "could not log in to the manager: the edge is not linked"
+        manager.headers["X-CSRF-Token"] = login.json()["csrf_token"]
+        created = manager.post("/api/v1/nodes", json={"name": "demo-edge", "description": "make run"})
+        if created.status_code != 201:
+            return "could not create the demo node in the manager"
+        token = created.json()["registration_token"]
+    status, answer = _request("GET", "/api/v1/config")
+    config = answer.get("data")
+    if status != 200 or not isinstance(config, dict):
+        return "could not read the edge's config: the edge is not linked"
+    config["manager"] = {
+        "enabled": True,
+        "url": "wss://127.0.0.1:8443/ws/node",
+        "cert_fingerprint": fingerprint,
+        "registration_token": token,
+    }
+    status, answer = _request("PUT", "/api/v1/config", config)
+    if status != 200:
+        return f"could not link the edge: {answer.get('error')}"
+    return "the edge registers with the manager now (mp manager status)"
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop works like Ctrl-C
     DEMO_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -176,6 +233,7 @@ def main() -> None:
                 start_new_session=True,
             )
             source = "bench.tools.rtpgen: synthetic MPEG-TS (ffmpeg is not installed)"
+        linked = _link_edge_to_manager() if manager is not None and manager.poll() is None else "manager not started"
         bin_dir = Path(sys.executable).parent
         print(
             f"""
@@ -199,6 +257,7 @@ Type in another terminal:
 
 Manager (being built; docs/manager.md says what is there yet):
   {MANAGER_URL}/health   self-signed certificate in {MANAGER_DIR.relative_to(ROOT)}/tls/cert.pem
+  link         {linked}
   login: curl -sk -X POST {MANAGER_URL}/api/v1/auth/login -H 'Content-Type: application/json' \\
            -d '{{"username":"{MANAGER_USER}","password":"{MANAGER_PASSWORD}"}}'
   {"(not started: " + str(manager.returncode) + ")" if manager is not None and manager.poll() is not None else ""}
