@@ -331,9 +331,7 @@ class ManagerClient:
         except trio.TooSlowError:
             raise LinkFailure(f"cannot reach the manager at {host}:{port} (timed out)") from None
         except OSError as exc:
-            raise LinkFailure(
-                f"cannot reach the manager at {host}:{port}: {exc.strerror or type(exc).__name__}"
-            ) from None
+            raise LinkFailure(f"cannot reach the manager at {host}:{port}: {_os_reason(exc)}") from None
         context = self._ssl_context(settings)
         stream = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
         try:
@@ -525,6 +523,21 @@ def _link_failure(exc: BaseException) -> LinkFailure | None:
         if all(failure is not None for failure in found):
             return found[0]
     return None
+
+
+def _os_reason(exc: OSError) -> str:
+    """The OS's words for a failed connect. trio reports "all attempts to connect failed" with
+    the attempts' errors in an exception group as the cause; the first one's ``strerror`` says
+    why ("Connection refused", "No route to host")."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        if isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+            cause = cause.exceptions[0]
+        else:
+            cause = cause.__cause__
+    return type(exc).__name__
 
 
 def _manager_event(severity: str, message: str) -> Event:

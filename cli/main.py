@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "health": ("cli.commands.misc", "health", False),
     "auth": ("cli.commands.auth", "app", True),
     "setup": ("cli.commands.misc", "setup_app", True),
+    "manager": ("cli.commands.manager", "app", True),
     "completion": ("cli.commands.misc", "completion", False),
 }
 # Global options that take a value (so the word after them is not the command name).

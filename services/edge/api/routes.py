@@ -125,6 +125,25 @@ async def setup_status() -> Response:
     return json_response(edge().setup_status())
 
 
+@bp.get("/setup/managed")
+async def setup_managed() -> Response:
+    """Whether the node is managed, for the "setup disabled" page (bare body; beyond the spec).
+
+    Public like the other setup routes, so the page can read it without a token; it holds
+    nothing secret: whether the node holds a node id and secret, the manager URL (which
+    ``/setup/status`` shows too), the node id and the link's state.
+    """
+    link = edge().manager_link.status()
+    return json_response(
+        {
+            "managed": link.registered,
+            "manager_url": link.manager_url,
+            "node_id": link.node_id,
+            "state": link.state.value,
+        }
+    )
+
+
 @bp.post("/setup")
 async def setup_save() -> Response:
     """Save the wizard's settings; effective after a restart."""
