@@ -271,3 +271,22 @@ def test_a_refused_certificate_or_secret_is_reported_and_retried(tmp_path: Path)
             edge.stop()
     finally:
         manager.stop()
+
+
+def test_a_flow_failing_to_start_reaches_the_manager_as_a_critical_event(linked: Linked) -> None:
+    import socket
+
+    admin, node_id = linked.admin, linked.node_id
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))  # the new flow's input address, already taken
+        port = squatter.getsockname()[1]
+        flow = {**rtp_flow("cam9"), "input": {"type": "rtp", "bind_addr": f"127.0.0.1:{port}"}}
+        assert command(admin, node_id, {"type": "create_flow", "flow": flow}).status_code == 200
+        failed = command(admin, node_id, {"type": "start_flow", "flow_id": "cam9"})
+        assert failed.status_code == 422 and "failed to start" in failed.json()["error"]
+
+    def critical_for_cam9() -> list[dict[str, Any]]:
+        return [e for e in manager_events(admin, node_id) if e["flow_id"] == "cam9" and e["severity"] == "critical"]
+
+    wait_for(lambda: critical_for_cam9() != [], timeout=15)
+    assert critical_for_cam9()[0]["category"] == "flow"
