@@ -28,17 +28,21 @@ Events (interop.md 6 "Node client"): :meth:`enqueue_event` puts each event in a 
 most 1,000 (the oldest dropped beyond) whatever the state. While connected, a sender sends them
 in order and then a WebSocket ping; only the pong, which the manager's WebSocket stack sends
 after reading everything before it, takes the events off the queue. An event sent into a
-connection that then dies is sent again on the next one: none is lost below the queue limit,
-and a duplicate needs the pong itself to be lost.
+connection that then dies is sent again on the next one: none is lost below the queue limit.
+Giving up on a connection resets it (SO_LINGER 0), so the kernel does not also deliver the
+unconfirmed events late through the old socket; a duplicate then needs the pong itself to be lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
 import random
+import socket
 import ssl
+import struct
 import urllib.parse
 import uuid
 from collections.abc import Callable
@@ -245,20 +249,24 @@ class ManagerClient:
                 await self._wake.wait()
                 continue
             ended_by_reconfigure = False
+            reason: str | None = None  # stays None when cancelled from outside: the node is stopping
             try:
                 with trio.CancelScope() as scope:
                     self._connection_scope = scope
                     await self._connect_once(settings)
                 ended_by_reconfigure = scope.cancelled_caught
+                if ended_by_reconfigure:
+                    reason = "the link settings changed"
             except (LinkFailure, BaseExceptionGroup) as exc:
                 failure = _link_failure(exc)
                 if failure is None:
                     raise
                 self._failed(failure.message)
+                reason = failure.message
             finally:
                 self._connection_scope = None
                 if self._state is LinkState.CONNECTED:
-                    self._lost()
+                    self._lost(reason)
             if ended_by_reconfigure:
                 continue
             delay = self._backoff.next_delay()
@@ -276,11 +284,12 @@ class ManagerClient:
         self._last_error_at = self._wall_clock()
         _log.warning("manager link: %s", message)
 
-    def _lost(self) -> None:
+    def _lost(self, reason: str | None) -> None:
         self.connected = trio.Event()
         self._connected_since = None
         self._set_state(LinkState.WAITING)
-        self._host.link_event(_manager_event("warning", f"connection to the manager lost: {self._last_error}"))
+        if reason is not None:  # None: the node is stopping, nothing was lost
+            self._host.link_event(_manager_event("warning", f"connection to the manager lost: {reason}"))
 
     # ------------------------------------------------------------------ one connection
     async def _connect_once(self, settings: LinkSettings) -> None:
@@ -313,6 +322,10 @@ class ManagerClient:
                     raise LinkFailure(f"the manager refused the WebSocket: {type(exc).__name__}") from None
                 try:
                     await self._serve(ws, settings)
+                except BaseException as exc:
+                    if _link_failure(exc) is not None:
+                        _reset_on_close(stream)
+                    raise
                 finally:
                     with trio.CancelScope(shield=True), trio.move_on_after(1):
                         await ws.aclose()
@@ -523,6 +536,19 @@ def _link_failure(exc: BaseException) -> LinkFailure | None:
         if all(failure is not None for failure in found):
             return found[0]
     return None
+
+
+def _reset_on_close(stream: trio.SSLStream[trio.SocketStream]) -> None:
+    """Make the coming close a TCP reset (SO_LINGER 0), discarding what the kernel still holds.
+
+    The link gave up on this connection (no pong, a broken path). A plain close would leave the
+    kernel retransmitting the unconfirmed events; once the path heals they would reach the
+    manager's still-open old socket and be stored, and then again over the new connection. A
+    reset drops them here; the new connection sends them once (measured: the blocked-path test
+    saw a duplicate without this).
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        stream.transport_stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 def _os_reason(exc: OSError) -> str:

@@ -9,6 +9,7 @@ packages=(
   chromium                                           # the setup wizard test (driven by playwright)
   tmux                                               # drives `mp stats --watch` in a real terminal
   iproute2                                           # network namespaces for multicast tests
+  nftables                                           # loss and blocks on a test netns's veth (the kernel has no netem)
   tshark                                             # a second opinion on TS continuity errors
   socat wrk                                          # benchmark peers and load
   postgresql                                         # the manager's store tests run on a real PostgreSQL too
