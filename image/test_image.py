@@ -298,9 +298,17 @@ def run(args: argparse.Namespace) -> None:
                 raise ImageTestFailed(f"mp-edge.service exposure {score} > {MAX_EXPOSURE}")
 
             # udev started mediaplane-nic-tuning@<renamed NIC> and the script logged what it did.
-            tuned = NIC_TUNED.findall(guest.console())
-            if not tuned:
-                raise ImageTestFailed("no nic-tune lines in the boot report: the udev rule or the unit did not run")
+            # The report prints these lines right after the exposure line: wait for them on the
+            # serial console rather than reading it once (a loaded host saw the console between
+            # the two, CI run of session 4).
+            try:
+                tuned = wait_for(
+                    "the nic-tune lines of the boot report", lambda: NIC_TUNED.findall(guest.console()), guest, 30
+                )
+            except ImageTestFailed:
+                raise ImageTestFailed(
+                    "no nic-tune lines in the boot report: the udev rule or the unit did not run"
+                ) from None
             log(f"NIC tuning ran for {sorted({name for name, _ in tuned})}: " + "; ".join(m for _, m in tuned[:4]))
 
             outcome = create_flow(base, "image-test")
