@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint bench debs venv clean
+.PHONY: run test check lint bench debs venv clean man
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ venv: $(STAMP)
 
 debs:
 	bash tools/ensure-debs.sh
+
+## make man: the man pages mp(1) and mp-edge(1) into build/man, from the CLI definitions
+# (tools/manpages.py); the image build runs it and installs them. Read one: man -l build/man/mp.1
+man: venv
+	$(PY) -m tools.manpages --out build/man
 
 ## make run: the all-in-one local demo (mp-edge on 127.0.0.1:8080 with a demo flow)
 run: debs venv

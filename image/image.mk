@@ -33,14 +33,14 @@ image-wheelhouse:
 	rm -rf $(IMAGE_WHEELHOUSE) && mv $(IMAGE_WHEELHOUSE_TMP) $(IMAGE_WHEELHOUSE)
 
 # What the image is built from: a change to any of these rebuilds it.
-IMAGE_INPUTS := mkosi.conf pyproject.toml requirements.lock $(shell find mkosi.conf.d image appliance services cli \
+IMAGE_INPUTS := mkosi.conf pyproject.toml requirements.lock tools/manpages.py $(shell find mkosi.conf.d image appliance services cli \
 	-type f -not -path 'image/wheelhouse*' -not -name '*.pyc' 2>/dev/null)
 
 ## make image: builds mkosi.output/mediaplane.raw (cold ~3 min, incremental ~1 min)
 image: $(IMAGE_RAW)
 
 $(IMAGE_RAW): $(IMAGE_INPUTS)
-	$(MAKE) -f $(firstword $(MAKEFILE_LIST)) image-deps image-wheelhouse
+	$(MAKE) -f $(firstword $(MAKEFILE_LIST)) image-deps man image-wheelhouse
 	@start=$$(date +%s); \
 	mkosi --force build || exit 1; \
 	end=$$(date +%s); \

@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / ".demo" / "edge"
@@ -31,6 +32,8 @@ MANAGER_URL = "https://127.0.0.1:8443"
 MANAGER_USER = "admin"
 MANAGER_PASSWORD = "Demo-admin-1"  # a demo on loopback; docs/manager.md says how to set a real one
 API = "http://127.0.0.1:8080"
+# The edge's monitor listener: the local status page (no login, read-only), on loopback only.
+MONITOR = {"listen_addr": "127.0.0.1", "listen_port": 9090}
 FLOW = {
     "id": "demo",
     "name": "Demo test pattern",
@@ -90,7 +93,7 @@ def _wait_healthy(edge: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if edge.poll() is not None:
-            sys.exit(f"demo: mp-edge exited with status {edge.returncode} (is port 8080 in use?)")
+            sys.exit(f"demo: mp-edge exited with status {edge.returncode} (is port 8080 or 9090 in use?)")
         try:
             if _request("GET", "/health")[0] == 200:
                 return
@@ -98,6 +101,28 @@ def _wait_healthy(edge: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
             pass
         time.sleep(0.2)
     sys.exit("demo: mp-edge did not answer on 127.0.0.1:8080")
+
+
+def _configure_monitor() -> str:
+    """Turn on the edge's ``monitor`` listener (the status page) in the demo's config.json, before
+    the edge starts: a stopped edge's config.json is the place to edit (docs/edge.md), and this
+    works whether or not API auth was turned on. A monitor block already there is kept. On the
+    first run the file is written with the server block the demo runs with; the edge adds the
+    rest (node_id and the defaults). Returns the status page's address."""
+    path = DEMO_DIR / "config.json"
+    server = {"listen_addr": "127.0.0.1", "listen_port": 8080}
+    config: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"version": 1, "server": server}
+    if not isinstance(config.get("monitor"), dict):
+        config["monitor"] = MONITOR
+        tmp = path.with_name(".config.json.demo-tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(config, out, indent=2)
+        tmp.replace(path)
+    monitor = config["monitor"]
+    host = monitor.get("listen_addr", "0.0.0.0")
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{monitor.get('listen_port', 9090)}/"
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -197,6 +222,7 @@ def _link_edge_to_manager() -> str:
 def main() -> None:
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop works like Ctrl-C
     DEMO_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    status_page = _configure_monitor()
     edge_bin = Path(sys.executable).with_name("mp-edge")
     edge = subprocess.Popen(
         [str(edge_bin), "--config-dir", str(DEMO_DIR), "--listen-addr", "127.0.0.1", "--listen-port", "8080"],
@@ -239,9 +265,10 @@ def main() -> None:
             f"""
 Mediaplane demo is running.
 
-  Edge API     {API}   (config in {DEMO_DIR.relative_to(ROOT)})
-  Demo flow    'demo': RTP in 127.0.0.1:5000 -> raw TS 127.0.0.1:5004 and RTP 127.0.0.1:5006
-  Source       {source}
+  Status page {status_page}   (live flows, TR 101 290 alarms, thumbnails; no login)
+  Edge API    {API}   (config in {DEMO_DIR.relative_to(ROOT)})
+  Demo flow   'demo': RTP in 127.0.0.1:5000 -> raw TS 127.0.0.1:5004 and RTP 127.0.0.1:5006
+  Source      {source}
 
 Open in a browser:
   {API}/setup            the first-boot setup wizard
