@@ -13,6 +13,8 @@ packages=(
   tshark                                             # a second opinion on TS continuity errors
   socat wrk                                          # benchmark peers and load
   postgresql                                         # the manager's store tests run on a real PostgreSQL too
+  prometheus                                         # for promtool only: /metrics lint, alert rules (server kept off)
+  mandoc                                             # lints the generated man pages as the image's viewer reads them
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -24,5 +26,18 @@ fi
 echo "ensure-debs: installing ${missing[*]}" >&2
 sudo_cmd=()
 [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+# No package starts a service while we install (prometheus's server, postgresql's cluster: the
+# tests run their own): a policy-rc.d that denies starts, for this run, unless the system has one.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\n# tools/ensure-debs.sh: no service starts during its install\nexit 101\n' |
+    "${sudo_cmd[@]}" tee "$policy" >/dev/null
+  "${sudo_cmd[@]}" chmod 755 "$policy"
+  trap '"${sudo_cmd[@]}" rm -f "$policy"' EXIT
+fi
 "${sudo_cmd[@]}" apt-get update -qq
 DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# We only want promtool from it: keep the Prometheus server from starting at the next boot too.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+  "${sudo_cmd[@]}" systemctl disable prometheus.service >/dev/null 2>&1 || true
+fi

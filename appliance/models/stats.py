@@ -97,7 +97,7 @@ class Tr101290Stats(_Stats):
     ts_packets_analyzed: int = _indicator(metric="ts_packets_total")
     pat_count: int = 0
     pmt_count: int = 0
-    sync_loss_count: int = _indicator(priority=1, label="TS sync loss")
+    sync_loss_count: int = _indicator(priority=1, metric="sync_loss_total", label="TS sync loss")
     sync_byte_errors: int = _indicator(priority=1, metric="sync_byte_errors_total", label="sync byte error")
     cc_errors: int = _indicator(priority=1, metric="cc_errors_total", label="continuity count error")
     pat_errors: int = _indicator(priority=1, metric="pat_errors_total", label="PAT error")
@@ -112,11 +112,14 @@ class Tr101290Stats(_Stats):
     tr07_compliant: bool = False
     jpeg_xs_pid: int | None = None
     # Beyond the interface's fields (docs/analysis.md): the rest of TR 101 290 §5.2.
-    pid_errors: int = _indicator(priority=1, label="PID error")
-    crc_errors: int = _indicator(priority=2, label="CRC error")
-    pcr_repetition_errors: int = _indicator(priority=2, label="PCR repetition error")
-    pts_errors: int = _indicator(priority=2, label="PTS error")
-    cat_errors: int = _indicator(priority=2, label="CAT error")
+    # Each is exported as a counter too, under a name of ours (docs/edge.md, Metrics).
+    pid_errors: int = _indicator(priority=1, metric="pid_errors_total", label="PID error")
+    crc_errors: int = _indicator(priority=2, metric="crc_errors_total", label="CRC error")
+    pcr_repetition_errors: int = _indicator(
+        priority=2, metric="pcr_repetition_errors_total", label="PCR repetition error"
+    )
+    pts_errors: int = _indicator(priority=2, metric="pts_errors_total", label="PTS error")
+    cat_errors: int = _indicator(priority=2, metric="cat_errors_total", label="CAT error")
     section_errors: int = 0
     truncated_packets: int = 0
 
@@ -135,7 +138,8 @@ TR101290_INDICATORS: Final[dict[str, tuple[int, str]]] = {
 TR101290_METRICS: Final[dict[str, str]] = {
     name: str(_field_extra(name)["metric"]) for name in Tr101290Stats.model_fields if "metric" in _field_extra(name)
 }
-"""field -> metric name suffix (edge interface §4: ``mediaplane_edge_tr101290_<suffix>``)."""
+"""field -> metric name suffix (``mediaplane_edge_tr101290_<suffix>``): the edge interface §4 names,
+and one counter for each indicator beyond them (sync loss, PID, CRC, PCR repetition, PTS, CAT)."""
 # The interface's health rules (interop.md 11) name exactly these: sync loss (Critical),
 # priority 1 = sync byte, PAT, CC, PMT (Error), priority 2 = TEI, PCR discontinuity, PCR accuracy
 # (Warning). The other §5.2 indicators raise alarm events but do not change health.

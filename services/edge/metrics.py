@@ -1,8 +1,10 @@
 """Prometheus exposition of the edge: a custom collector over the stats snapshot.
 
 The collector reads the same ``StatsSnapshot`` as the JSON routes at scrape
-time; nothing in the data plane touches prometheus-client. Only running flows
-emit per-flow series (edge interface §4, GET /metrics).
+time; nothing in the data plane touches prometheus-client. The interface's per-flow series
+(edge interface §4, GET /metrics) appear only for running flows; the two one-hot series of
+flow state and health are there for every configured flow, so a flow that fails or stops can
+be seen and alerted on (docs/edge.md, Metrics).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from appliance.models.stats import TR101290_METRICS, FlowState, StatsSnapshot
+from appliance.models.stats import TR101290_INDICATORS, TR101290_METRICS, FlowState, Health, StatsSnapshot
+from services.edge.core.ts.tr101290 import DEFAULT_WINDOW_S
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 P = "mediaplane_edge_"
@@ -38,6 +41,13 @@ def _counter(name: str, doc: str, labels: list[str]) -> tuple[Metric, Callable[[
     return metric, add
 
 
+def _tr101290_help(field: str) -> str:
+    if field in TR101290_INDICATORS:
+        priority, label = TR101290_INDICATORS[field]
+        return f"TR 101 290 priority {priority} indicator: {label} count"
+    return f"TR 101 290 {field}"
+
+
 class EdgeCollector(Collector):
     """Builds every ``mediaplane_edge_*`` family from a fresh snapshot at scrape time."""
 
@@ -54,6 +64,20 @@ class EdgeCollector(Collector):
         yield GaugeMetricFamily(P + "uptime_seconds", "Seconds since the edge started", value=system.uptime_secs)
         yield GaugeMetricFamily(P + "flows_total", "Flows defined in the configuration", value=system.total_flows)
         yield GaugeMetricFamily(P + "flows_active", "Flows currently running", value=system.active_flows)
+        # One-hot (1 = the current value, 0 = every other value) for every configured flow.
+        flow_state = GaugeMetricFamily(
+            P + "flow_state", "Flow state: 1 for the current state, 0 for the others", labels=["flow_id", "state"]
+        )
+        flow_health = GaugeMetricFamily(
+            P + "flow_health", "Flow health: 1 for the current level, 0 for the others", labels=["flow_id", "health"]
+        )
+        for flow in snap.flows:
+            for state in FlowState:
+                flow_state.add_metric([flow.flow_id, state.value], 1.0 if flow.state is state else 0.0)
+            for level in Health:
+                flow_health.add_metric([flow.flow_id, level.value], 1.0 if flow.health is level else 0.0)
+        yield flow_state
+        yield flow_health
 
         flow_l, out_l = ["flow_id"], ["flow_id", "output_id"]
         families: list[Metric] = []
@@ -85,9 +109,12 @@ class EdgeCollector(Collector):
         srt_rtt = gauge("srt_rtt_ms", "SRT round-trip time (ms)", ["flow_id", "output_id", "leg"])
         srt_loss = counter("srt_loss_total", "SRT packets lost", ["flow_id", "output_id", "leg"])
         tr_adders = [
-            (counter("tr101290_" + metric, f"TR 101 290 {field}", flow_l), field)
+            (counter("tr101290_" + metric, _tr101290_help(field), flow_l), field)
             for field, metric in TR101290_METRICS.items()
         ]
+        window = f"{DEFAULT_WINDOW_S:g} s"
+        p1_ok = gauge("tr101290_priority1_ok", f"1 while no TR 101 290 priority 1 error in the last {window}", flow_l)
+        p2_ok = gauge("tr101290_priority2_ok", f"1 while no TR 101 290 priority 2 error in the last {window}", flow_l)
         video_info = InfoMetricFamily(
             P + "media_video", "Video stream", labels=["flow_id", "pid", "codec", "resolution", "profile", "level"]
         )
@@ -133,6 +160,8 @@ class EdgeCollector(Collector):
                 values = flow.tr101290.model_dump()
                 for add, field in tr_adders:
                     add(fid, values[field])
+                p1_ok(fid, 1.0 if flow.tr101290.priority1_ok else 0.0)
+                p2_ok(fid, 1.0 if flow.tr101290.priority2_ok else 0.0)
             media = flow.media_analysis
             if media is not None:
                 total_bitrate(fid, media.total_bitrate_bps)

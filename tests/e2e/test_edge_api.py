@@ -414,7 +414,9 @@ def test_metrics_exposition(api: httpx.Client) -> None:
         "# TYPE mediaplane_edge_uptime_seconds gauge",
     ):
         assert line in text, line
-    assert 'flow_id="m2"' not in text  # only running flows emit series
+    # Only running flows emit the interface's series; flow state and health cover every flow.
+    m2 = [line for line in text.splitlines() if 'flow_id="m2"' in line]
+    assert m2 and all(line.startswith(("mediaplane_edge_flow_state{", "mediaplane_edge_flow_health{")) for line in m2)
     names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     expected = {
         "mediaplane_edge_info",

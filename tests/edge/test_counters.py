@@ -81,7 +81,8 @@ def test_a_report_that_does_not_fit_is_dropped_and_counted() -> None:
 
 
 def test_the_metric_names_are_the_interface_names() -> None:
-    # edge interface §4: mediaplane_edge_tr101290_<name>
+    # edge interface §4: mediaplane_edge_tr101290_<name>; then one counter of ours for each
+    # indicator beyond the interface's (docs/edge.md, Metrics)
     assert sorted(TR101290_METRICS.values()) == sorted(
         [
             "ts_packets_total",
@@ -92,5 +93,12 @@ def test_the_metric_names_are_the_interface_names() -> None:
             "tei_errors_total",
             "pcr_discontinuity_errors_total",
             "pcr_accuracy_errors_total",
+            # ours
+            "sync_loss_total",
+            "pid_errors_total",
+            "crc_errors_total",
+            "pcr_repetition_errors_total",
+            "pts_errors_total",
+            "cat_errors_total",
         ]
     )
