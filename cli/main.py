@@ -162,13 +162,14 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     try:
         app = build_app(None if completing else command_name(args))
-        code = app(args=args, prog_name="mp", standalone_mode=False)
+        code = _complete(app, args) if completing else app(args=args, prog_name="mp", standalone_mode=False)
     except NoArgsIsHelpError as err:  # `mp` or `mp flow` alone: Typer printed the help when it made err
         raise SystemExit(err.exit_code) from None
     except ClickException as err:  # Typer's usage errors: bad option, missing argument...
         ctx = getattr(err, "ctx", None)
         where = ctx.command_path if ctx is not None else "mp"
-        _fail(f"mp: {err.format_message()} (try: {where} --help)", err.exit_code)
+        text = " ".join(line.strip() for line in err.format_message().splitlines())  # "Choose from:\n\tbash,..."
+        _fail(f"mp: {text} (try: {where} --help)", err.exit_code)
     except typer.Abort as err:  # Ctrl-C or end of input at a prompt
         interrupted = isinstance(err.__context__, KeyboardInterrupt)
         _fail("" if interrupted else "mp: aborted", EXIT_INTERRUPTED if interrupted else EXIT_FAILURE)
@@ -188,6 +189,17 @@ def main(argv: list[str] | None = None) -> None:
         _fail(f"mp: internal error: {detail} (rerun with --debug)", EXIT_FAILURE)
     if isinstance(code, int) and code != 0:  # typer.Exit(n) and Ctrl-C (130) come back as a number
         raise SystemExit(code)
+
+
+def _complete(app: typer.Typer, args: list[str]) -> object:
+    """Answer a shell's completion request (it exits); FLOW and OUTPUT values come from the edge."""
+    from typer.main import get_command
+
+    from cli.completion import attach
+
+    command = get_command(app)
+    attach(command)
+    return command.main(args=args, prog_name="mp", standalone_mode=False)
 
 
 def _fail(text: str, code: int) -> None:

@@ -4,8 +4,8 @@ Tables are plain aligned columns, written here rather than with rich: importing
 `rich.console` and `rich.table` costs 60-80 ms, most of the fast-start budget of
 `mp flow list`, and plain columns read well over a 9600-baud serial console and
 in `grep`. Colour is used only when the stream is a terminal, `NO_COLOR` is
-unset and `TERM` is not `dumb`. Rich is kept for `mp stats --watch` (a live
-redraw) and for Typer's `--help`.
+unset and `TERM` is not `dumb`. Rich is kept for `mp stats --watch` (rich Live
+redraws `fit_table`'s plain lines in place) and for Typer's `--help`.
 """
 
 from __future__ import annotations
@@ -219,3 +219,113 @@ def holds_redacted(data: Any) -> str | None:
             if inner:
                 return f"{i}.{inner}"
     return None
+
+
+# --------------------------------------------------------------------------- `mp stats`: units and fitted tables
+
+
+def bitrate(bps: Any) -> str:
+    """Bits per second with units, one decimal below 100: `3.2 Mb/s`, `950 kb/s`, `0 b/s` (at most 9 wide)."""
+    if not isinstance(bps, int | float) or isinstance(bps, bool):
+        return "-"
+    for unit, scale in (("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if bps >= scale * 0.9995:
+            value = bps / scale
+            return f"{value:.1f} {unit}" if round(value, 1) < 100 else f"{value:.0f} {unit}"
+    return f"{bps:.0f} b/s"
+
+
+def count(value: Any) -> str:
+    """A counter with thousands separators: `1,234,567`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-"
+    return f"{int(value):,}"
+
+
+class Col:
+    """A column of a fitted table.
+
+    `drop`: the order in which columns go when the table is too wide (1 first; None: never).
+    `width`: the width kept even when every cell is shorter, so a redraw does not move columns.
+    `flex`: the last column, given what is left; its cells may be a tuple of alternatives,
+    longest first, and the longest that fits is shown.
+    """
+
+    __slots__ = ("drop", "flex", "header", "right", "width")
+
+    def __init__(
+        self, header: str, *, right: bool = False, drop: int | None = None, width: int = 0, flex: bool = False
+    ):
+        self.header, self.right, self.drop, self.width, self.flex = header, right, drop, width, flex
+
+
+def _alternatives(cell: Any) -> tuple[str, ...]:
+    return tuple(_cell(v) for v in cell) if isinstance(cell, tuple) else (_cell(cell),)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else (text[: width - 1] + "…" if width > 1 else text[:width])
+
+
+def fit_table(
+    cols: Sequence[Col],
+    rows: Sequence[Sequence[Any]],
+    width: int | None,
+    sticky: dict[str, int] | None = None,
+) -> list[str]:
+    """Aligned columns, two spaces apart, in at most `width` characters (None: no limit).
+
+    Too wide: columns go in their `drop` order, then the flex column shows a shorter
+    alternative, then the widest never-dropped left column is cut with `…`. `sticky`
+    (header -> width, updated here) keeps widths from shrinking between redraws.
+    """
+    cells = [[_alternatives(c) for c in row] for row in rows]
+    need: dict[int, int] = {}
+    for i, col in enumerate(cols):
+        longest = [len(r[i][-1 if col.flex else 0]) for r in cells]  # flex: its shortest alternative
+        need[i] = max(len(col.header), col.width, *longest)
+        if sticky is not None and not col.flex:
+            need[i] = max(need[i], sticky.get(col.header, 0))
+            sticky[col.header] = need[i]
+    shown = list(range(len(cols)))
+
+    def total() -> int:
+        return sum(need[i] for i in shown) + 2 * (len(shown) - 1)
+
+    if width is not None:
+        for i in sorted((i for i, c in enumerate(cols) if c.drop is not None), key=lambda i: cols[i].drop or 0):
+            if total() <= width:
+                break
+            shown.remove(i)
+    widths = dict(need)
+    flex = next((i for i in shown if cols[i].flex), None)
+    if flex is not None:
+        full = max(len(cols[flex].header), *(len(r[flex][0]) for r in cells))
+        widths[flex] = full if width is None else max(need[flex], min(full, width - (total() - need[flex])))
+    if width is not None:
+        over = sum(widths[i] for i in shown) + 2 * (len(shown) - 1) - width
+        cuttable = [i for i in shown if not cols[i].right and not cols[i].flex]
+        while over > 0 and cuttable:
+            i = max(cuttable, key=lambda i: widths[i])
+            cut = min(over, widths[i] - 4)
+            if cut <= 0:
+                break
+            widths[i] -= cut
+            over -= cut
+
+    def line(values: list[str]) -> str:
+        parts = []
+        for i, v in zip(shown, values, strict=True):
+            w = widths[i]
+            parts.append(v.rjust(w) if cols[i].right else v.ljust(w))
+        return "  ".join(parts).rstrip()
+
+    out = [line([_clip(cols[i].header, widths[i]) for i in shown])]
+    for r in cells:
+        values = []
+        for i in shown:
+            alts = r[i]
+            pick = next((a for a in alts if len(a) <= widths[i]), alts[-1])
+            values.append(_clip(pick, widths[i]))
+        out.append(line(values))
+    return out

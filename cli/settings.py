@@ -18,10 +18,12 @@ Interop: shared/docs/interop.md section 1.4.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 from cli.errors import UsageError
 
@@ -81,17 +83,35 @@ def config_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "mp"
 
 
+# `word:` not followed by a digit: a scheme without `//` (`htp:/bad`), never `host:port`.
+_SCHEME_WITHOUT_SLASHES: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:(?![0-9])")
+
+
 def normalise_url(url: str) -> str:
-    """`10.0.0.5:8080` -> `http://10.0.0.5:8080`; no trailing slash; http or https only."""
+    """`10.0.0.5:8080` -> `http://10.0.0.5:8080`; no trailing slash; http or https only.
+
+    A URL that names no usable edge is a usage error (exit 2, nothing is sent):
+    another scheme, no host, or a port that is not 1-65535.
+    """
     url = url.strip()
+    given = url
     if "://" not in url:
+        if _SCHEME_WITHOUT_SLASHES.match(url):
+            raise UsageError(f"the edge URL {given!r} is not http://HOST[:PORT]", hint="e.g. http://10.0.0.5:8080")
         url = "http://" + url
     scheme = url.split("://", 1)[0].lower()
     if scheme not in ("http", "https"):
         raise UsageError(f"the edge URL must start with http:// or https://, not {scheme}://")
     rest = url.split("://", 1)[1].rstrip("/")
-    if not rest:
+    parts = urlsplit(f"{scheme}://{rest}")
+    if not rest or not parts.hostname:
         raise UsageError("the edge URL has no host")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or above 65535
+        port = 0
+    if (port is not None and not 1 <= port <= 65535) or parts.netloc.endswith(":"):
+        raise UsageError(f"the edge URL {given!r}: the port must be 1-65535")
     return f"{scheme}://{rest}"
 
 

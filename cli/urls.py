@@ -45,7 +45,8 @@ def _address(url: str, option: str, *, default_host: str | None) -> tuple[str, s
     try:
         port = parts.port
     except ValueError:
-        raise UsageError(f"{option} {url!r}: the port must be 0-65535") from None
+        # not a number or above 65535; 0 passes here and the model refuses it in the same words
+        raise UsageError(f"{option} {url!r}: the port must be 1-65535") from None
     if port is None:
         raise UsageError(f"{option} {url!r} has no port", hint=f"e.g. {parts.scheme or 'rtp'}://0.0.0.0:5000")
     host = parts.hostname or ""

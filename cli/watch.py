@@ -1,12 +1,13 @@
 """`mp stats --watch`: follow the edge's WebSocket stats stream (edge interface 4, ws/stats).
 
 The edge pushes a JSON array of flow statistics about once a second. On a
-terminal (table format) a rich Live table is redrawn in place, one row per flow,
-coloured by health. Otherwise each update is printed as one JSON object per line
-(the flow's object with FLOW, else `{"flows": [...]}`) and flushed, so
-`mp stats --watch | jq` works. When the stream breaks after it has worked once
-(the edge restarted), it reconnects with backoff; a first connection that fails
-is an error, so a script learns at once that the edge is down.
+terminal (table format) rich Live redraws in place the `mp stats` table fitted to
+the terminal's width (one row per flow, coloured by health), or with FLOW its
+detail view (cli/commands/stats.py). Otherwise each update is printed as one
+JSON object per line (the flow's object with FLOW, else `{"flows": [...]}`) and
+flushed, so `mp stats --watch | jq` works. When the stream breaks after it has
+worked once (the edge restarted), it reconnects with backoff; a first connection
+that fails is an error, so a script learns at once that the edge is down.
 
 trio, trio-websocket and rich.live are imported here only, never at start-up.
 """
@@ -16,10 +17,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from cli.errors import AuthNeeded, MpError, ServiceUnreachable
-from cli.render import HEALTH_STYLE, dump_json, dump_yaml, message
+from cli.render import dump_json, dump_yaml, message
 
 if TYPE_CHECKING:
     from cli.client import EdgeClient
@@ -79,11 +80,13 @@ class LineSink:
 
 
 class LiveSink:
-    """A rich Live table redrawn in place on the terminal."""
+    """The stats table (or one flow's detail view), fitted to the terminal, redrawn in place (rich Live)."""
 
     def __init__(self, url: str, flow_id: str | None) -> None:
         from rich.console import Console
         from rich.live import Live
+
+        from cli.commands.stats import AlarmClock
 
         self.url = url
         self.flow_id = flow_id
@@ -91,6 +94,8 @@ class LiveSink:
         self._status: str | None = "connecting…"
         self._flows: list[dict[str, Any]] = []
         self._updated: str = "-"
+        self._widths: dict[str, int] = {}  # column widths only grow, so a redraw does not move columns
+        self._clock = AlarmClock()  # when each TR 101 290 count last went up, while watching
         self.live = Live(self._render(), console=self.console, auto_refresh=False, redirect_stdout=False)
 
     def __enter__(self) -> LiveSink:
@@ -101,22 +106,12 @@ class LiveSink:
         self.live.__exit__(None, None, None)
 
     def _render(self) -> Any:
-        from rich.table import Table
-
-        from cli.commands.stats import STATS_HEADERS, stats_row
+        from cli.commands.stats import watch_view
 
         caption = f"{self.url}  updated {self._updated}  Ctrl-C to quit"
-        if self._status:
-            caption = f"[yellow]{self._status}[/yellow]  {caption}"
-        table = Table(caption=caption, caption_justify="left", expand=False, pad_edge=False)
-        for header in STATS_HEADERS:
-            justify: Literal["right", "left"] = "right" if header in ("BITRATE", "PACKETS", "LOST", "FEC") else "left"
-            table.add_column(header, justify=justify, no_wrap=header != "OUTPUTS")
-        for flow in self._flows:
-            table.add_row(*stats_row(flow), style=HEALTH_STYLE.get(str(flow.get("health"))))
-        if not self._flows:
-            table.add_row(*(["(no flows)"] + [""] * (len(STATS_HEADERS) - 1)))
-        return table
+        return watch_view(
+            self._flows, self.console.width, self._widths, caption, self.flow_id, self._clock, self._status
+        )
 
     def status(self, text: str | None) -> None:
         self._status = text
@@ -124,6 +119,7 @@ class LiveSink:
 
     def show(self, flows: list[dict[str, Any]]) -> None:
         self._flows = flows
+        self._clock.update(flows)
         self._updated = time.strftime("%H:%M:%S")
         self._status = None
         self.live.update(self._render(), refresh=True)

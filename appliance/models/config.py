@@ -40,10 +40,11 @@ _HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 # --------------------------------------------------------------------------- addresses
 
 
-def split_host_port(text: str) -> tuple[str, int]:
+def split_host_port(text: str, *, allow_port0: bool = True) -> tuple[str, int]:
     """Split ``<ip>:<port>`` or ``[<ipv6>]:<port>`` into host and port.
 
-    Raises ValueError with a message that names the expected form.
+    Raises ValueError with a message that names the expected form; the port range
+    named is 1-65535 when ``allow_port0`` is false, else 0-65535.
     """
     if not isinstance(text, str) or not text:
         raise ValueError("expected <ip>:<port>")
@@ -61,8 +62,9 @@ def split_host_port(text: str) -> tuple[str, int]:
     if not port_text.isdigit():
         raise ValueError("the port must be a number")
     port = int(port_text)
-    if port > 65535:
-        raise ValueError("the port must be 0-65535")
+    lowest = 0 if allow_port0 else 1
+    if not lowest <= port <= 65535:
+        raise ValueError(f"the port must be {lowest}-65535")
     return host, port
 
 
@@ -76,9 +78,7 @@ def _check_ip(text: str) -> str:
 
 def _socket_addr(allow_port0: bool, allow_hostname: bool = False) -> Any:
     def check(text: str) -> str:
-        host, port = split_host_port(text)
-        if port == 0 and not allow_port0:
-            raise ValueError("the port must be 1-65535")
+        host, _ = split_host_port(text, allow_port0=allow_port0)
         try:
             ipaddress.ip_address(host)
         except ValueError:

@@ -123,7 +123,7 @@ def test_output_urls(url: str, output_id: str, expected: dict[str, Any]) -> None
     [
         ("http://0.0.0.0:5000", "scheme must be one of"),
         ("rtp://0.0.0.0", "has no port"),
-        ("rtp://0.0.0.0:99999", "port must be 0-65535"),
+        ("rtp://0.0.0.0:99999", "port must be 1-65535"),
         ("rtp://0.0.0.0:5000?fec=10", "COLUMNSxROWS"),
         ("rtp://0.0.0.0:5000?bogus=1", "unknown parameter 'bogus'"),
         ("srt://h:1?mode=push", "mode must be caller, listener or rendezvous"),
