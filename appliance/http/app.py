@@ -40,6 +40,18 @@ MAX_BODY_BYTES: Final = 1024 * 1024  # 1 MiB (interop.md 7: the manager's cap; t
 _log = logging.getLogger("mediaplane.http")
 _access_log = logging.getLogger("mediaplane.access")
 
+
+class _WithoutRunningOn(logging.Filter):
+    """Drops hypercorn's ``Running on http://... (CTRL + C to quit)``: each service says it in its
+    own words once it listens (``mp-edge <version> listening on ...``, ``mp-manager ...``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith("Running on "))
+
+
+_hypercorn_log = logging.getLogger("hypercorn.error")
+_hypercorn_log.addFilter(_WithoutRunningOn())
+
 T = TypeVar("T")
 _AsgiApp = Callable[[Scope, ASGIReceiveCallable, ASGISendCallable], Coroutine[Any, Any, None]]
 
@@ -188,7 +200,7 @@ async def serve(
     config = HypercornConfig()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None  # the app writes its own, with the query redacted
-    config.errorlog = logging.getLogger("hypercorn.error")
+    config.errorlog = _hypercorn_log  # its "Running on" line filtered out (above)
     config.keep_alive_timeout = 75
     config.graceful_timeout = 2
     if certfile and keyfile:

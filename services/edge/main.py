@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -26,6 +27,7 @@ from appliance.logs import configure_service_logging
 from services.edge.engine.supervisor import WORKER_NICE, WORKER_REALTIME, default_worker_count
 from services.edge.metrics import EdgeMetrics
 from services.edge.service import EdgeService
+from services.edge.status.app import serve_monitor
 
 _log = logging.getLogger("mediaplane.edge")
 
@@ -105,9 +107,23 @@ async def run_edge(service: EdgeService, host: str, port: int, *, certfile: str 
                     task_status=task_status,
                 )
             )
+            if service.config.monitor is not None:
+                # The read-only status page on its own listener (interop.md 2 `monitor`).
+                monitor = service.config.monitor
+                await nursery.start(
+                    partial(serve_monitor, service, monitor.listen_addr, monitor.listen_port, shutdown_trigger=stop)
+                )
             scheme = "https" if certfile else "http"
             shown = f"[{host}]" if ":" in host else host
-            _log.info("mp-edge %s listening on %s://%s:%d", __version__, scheme, shown, port)
+            service.listening, service.stop_process = (scheme, host, port), stop.set  # for GET /setup/runtime
+            saved_addr, saved_port = service.listen_at_start
+            saved = f"[{saved_addr}]:{saved_port}" if ":" in saved_addr else f"{saved_addr}:{saved_port}"
+            note = (
+                ""
+                if (host, port) == (saved_addr, saved_port)
+                else f" (--listen-addr/--listen-port; config.json says {saved})"
+            )
+            _log.info("mp-edge %s listening on %s://%s:%d%s", __version__, scheme, shown, port, note)
             systemd.ready_with_watchdog(nursery, f"listening on {scheme}://{shown}:{port}")
             await stop.wait()
             systemd.notify_stopping()
@@ -133,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     port = args.listen_port or config.server.listen_port
     tls = config.server.tls
 
-    async def _run() -> None:
+    async def _run() -> int:
         service = EdgeService(
             store,
             config,
@@ -154,9 +170,11 @@ def main(argv: list[str] | None = None) -> None:
             certfile=tls.cert_path if tls else None,
             keyfile=tls.key_path if tls else None,
         )
+        return service.exit_status  # 75 after POST /setup/restart, for systemd to start it again
 
+    status = 0
     try:
-        trio.run(_run)
+        status = trio.run(_run)
     except KeyboardInterrupt:
         pass
     except BaseException as exc:
@@ -165,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"mp-edge: cannot listen on {host}:{port}: {os_error.strerror or os_error}", file=sys.stderr)
         raise SystemExit(1) from None
+    if status:
+        raise SystemExit(status)
 
 
 def _first(exc: BaseException, kind: type[OSError]) -> OSError | None:

@@ -18,6 +18,10 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
+import shlex
+import sys
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -44,6 +48,13 @@ from services.edge.stats import StatsAggregator
 
 _log = logging.getLogger("mediaplane.edge")
 RESTART_LOST_AFTER_S = 1.0  # the supervisor restarts a dead worker; then its flows come back
+# POST /setup/restart (docs/edge.md): mp-edge stops cleanly and exits with this status. The unit
+# has Restart=on-failure (a clean exit 0 is not restarted) and RestartPreventExitStatus=2 only,
+# so systemd starts it again after RestartSec. 75 is EX_TEMPFAIL: "try again".
+RESTART_EXIT_STATUS: Final = 75
+RESTART_COMMAND: Final = "systemctl restart mp-edge"
+RESTART_DELAY_S: Final = 0.2  # the 202 goes out before the API stops
+SETUP_DISABLED: Final = "Setup wizard is disabled on this node"
 
 
 class FlowNotFound(errors.NotFound):
@@ -124,7 +135,14 @@ class EdgeService:
         # read at start, followed by every persisted change except the setup wizard's, which
         # takes effect at restart (interop.md 3).
         self.link_config: ManagerConfig | None = config.manager
-        self.manager_link = ManagerClient(EdgeLinkHost(self), allow_insecure=os.environ.get(ALLOW_INSECURE_ENV) == "1")
+        self.allow_insecure = os.environ.get(ALLOW_INSECURE_ENV) == "1"
+        self.manager_link = ManagerClient(EdgeLinkHost(self), allow_insecure=self.allow_insecure)
+        # What is in force in this process, for the wizard's GET /setup/runtime: main sets
+        # ``listening`` (scheme, address, port) and ``stop_process`` once the API listens.
+        self.listen_at_start = (config.server.listen_addr, config.server.listen_port)
+        self.listening: tuple[str, str, int] | None = None
+        self.stop_process: Callable[[], None] | None = None
+        self.exit_status = 0  # RESTART_EXIT_STATUS once POST /setup/restart asked for it
         self.events.listeners.append(self._to_manager)
         for flow in config.flows:
             self.lifecycle.add(flow.id)
@@ -259,12 +277,14 @@ class EdgeService:
             flow = self.flow(flow_id)
             self.lifecycle.require(flow_id, Trigger.START)
             await self._start(flow)
+            _log.info("change: flow started flow=%s", flow_id)
 
     async def stop_flow(self, flow_id: str) -> None:
         async with self._mutating():
             self.flow(flow_id)
             self.lifecycle.require(flow_id, Trigger.STOP)
             await self._stop(flow_id)
+            _log.info("change: flow stopped flow=%s", flow_id)
 
     async def restart_flow(self, flow_id: str) -> None:
         async with self._mutating():
@@ -272,6 +292,7 @@ class EdgeService:
             if self.engine.is_running(flow_id):
                 await self._stop(flow_id)
             await self._start(flow)
+            _log.info("change: flow restarted flow=%s", flow_id)
 
     # ------------------------------------------------------------------ configuration changes
 
@@ -291,6 +312,7 @@ class EdgeService:
                 raise errors.Conflict(f"flow '{flow.id}' already exists")
             new = self._with_flows([*self.config.flows, flow], [flow.id])
             await self._persist(new)
+            _log.info("change: flow created flow=%s", flow.id)
             self.lifecycle.add(flow.id)
             self.publish(info(EventCategory.FLOW, "flow created", flow_id=flow.id))
             if flow.enabled:
@@ -304,6 +326,7 @@ class EdgeService:
             self.flow(flow_id)
             new = self._with_flows([flow if f.id == flow_id else f for f in self.config.flows], [flow_id])
             await self._persist(new)
+            _log.info("change: flow updated flow=%s", flow_id)
             self.publish(info(EventCategory.FLOW, "flow updated", flow_id=flow_id))
             if self.engine.is_running(flow_id):
                 await self._stop(flow_id)
@@ -317,6 +340,7 @@ class EdgeService:
             await self._persist(
                 self.config.model_copy(update={"flows": [f for f in self.config.flows if f.id != flow_id]})
             )
+            _log.info("change: flow deleted flow=%s", flow_id)
             if self.engine.is_running(flow_id):
                 try:
                     await self._stop(flow_id)
@@ -349,6 +373,7 @@ class EdgeService:
                         )
                     )
                     raise EngineFailed(f"output '{output.id}' failed to start: {exc}") from exc
+            _log.info("change: output added flow=%s output=%s", flow_id, output.id)
             self.publish(info(EventCategory.FLOW, f"output '{output.id}' added", flow_id=flow_id, output_id=output.id))
             return output
 
@@ -368,6 +393,7 @@ class EdgeService:
                     update={"flows": [new_flow if f.id == flow_id else f for f in self.config.flows]}
                 )
             )
+            _log.info("change: output removed flow=%s output=%s", flow_id, output_id)
             self.publish(
                 info(EventCategory.FLOW, f"output '{output_id}' removed", flow_id=flow_id, output_id=output_id)
             )
@@ -378,20 +404,21 @@ class EdgeService:
             merged = ensure_jwt_secret(merge_kept_secrets(new_config, self.config))  # interop.md 2.1
             if merged.node_id is None:
                 merged = merged.model_copy(update={"node_id": self.config.node_id})
-            return await self._apply(validate_config(merged), persist=True)
+            return await self._apply(validate_config(merged), persist=True, change="config replaced")
 
     async def reload_config(self) -> dict[str, Any]:
         """POST /api/v1/config/reload: re-read both files and apply them."""
         async with self._mutating():
             loaded = ensure_jwt_secret(await trio.to_thread.run_sync(self.store.read))
             persist = loaded.server.auth is not None and self.config.server.auth != loaded.server.auth
-            return await self._apply(validate_config(loaded), persist=persist)
+            return await self._apply(validate_config(loaded), persist=persist, change="config reloaded")
 
-    async def _apply(self, config: AppConfig, *, persist: bool) -> dict[str, Any]:
+    async def _apply(self, config: AppConfig, *, persist: bool, change: str) -> dict[str, Any]:
         """Stop every flow the engine runs (not what the old config lists: that is where a
         dropped flow used to keep running), take ``config``, start its enabled flows."""
         if persist:
             await self._persist(config)  # first: a failed write changes nothing
+        _log.info("change: %s flows=%d", change, len(config.flows))
         for flow_id in sorted(self.engine.running_flows()):
             try:
                 await self._stop(flow_id)
@@ -439,6 +466,15 @@ class EdgeService:
             config = validate_config(merged, changed)
             plan = plan_config_change(self.config, config)
             await self._persist(config)  # first: a failed write changes nothing
+            _log.info(
+                "change: config from the manager applied flows=%d created=%d deleted=%d restarted=%d "
+                "outputs_changed=%d",
+                len(config.flows),
+                len(plan.created),
+                len(plan.deleted),
+                len(plan.replaced),
+                len(plan.output_changes),
+            )
             failed: list[str] = []
 
             for flow_id in plan.deleted:
@@ -550,8 +586,59 @@ class EdgeService:
     async def save_setup(self, body: dict[str, Any]) -> None:
         """Apply the wizard's form to a copy of the config and persist it (effective at restart)."""
         async with self._mutating():
+            old_url = self.config.manager.url if self.config.manager is not None else None
             config = build_setup_config(self.config, body)
             await self._persist(config, follow_link=False)  # interop.md 3: effective at restart
+            new_token = isinstance(body.get("registration_token"), str) and bool(body["registration_token"].strip())
+            _log.info(  # ids and yes/no only: never the URL (it may carry a query), the token or the body
+                "change: setup saved listen=%s manager_changed=%s new_token=%s (effective at restart)",
+                _host_port(config.server.listen_addr, config.server.listen_port),
+                "yes" if config.manager is not None and config.manager.url != old_url else "no",
+                "yes" if new_token else "no",
+            )
+
+    def setup_runtime(self) -> dict[str, Any]:
+        """What is in force in this process, beside what ``setup_status`` says is saved (beyond
+        interop.md 3, whose ``/setup/status`` keys are fixed): the address and port the API listens
+        on and where they came from, how to restart, whether ``MEDIAPLANE_ALLOW_INSECURE=1`` is set,
+        and the saved ``cert_fingerprint`` (the form's value, which ``/setup/status`` cannot carry)."""
+        scheme, addr, port = self.listening or ("http", *self.listen_at_start)
+        systemd = under_systemd()
+        manager = self.config.manager
+        return {
+            "scheme": scheme,
+            "listen_addr": addr,
+            "listen_port": port,
+            "listen_from": "config.json" if (addr, port) == self.listen_at_start else "command line",
+            "systemd": systemd,
+            "restart_command": RESTART_COMMAND if systemd else shlex.join(sys.argv),
+            "allow_insecure": self.allow_insecure,
+            "cert_fingerprint": manager.cert_fingerprint if manager is not None else None,
+        }
+
+    def request_restart(self) -> None:
+        """POST /setup/restart: stop cleanly, then exit ``RESTART_EXIT_STATUS`` so systemd starts
+        mp-edge again (the unit's Restart=on-failure). Only while the wizard is on (403), only under
+        systemd (409: nobody would start it again); a second request while stopping is a no-op."""
+        if not self.config.setup_enabled:
+            raise errors.NotAllowed(SETUP_DISABLED)
+        if not under_systemd() or self.stop_process is None or self._nursery is None:
+            raise errors.Conflict(
+                "mp-edge is not running under systemd, so nothing would start it again: stop it and start it yourself"
+            )
+        if self.exit_status == RESTART_EXIT_STATUS:
+            return
+        self.exit_status = RESTART_EXIT_STATUS
+        _log.info(
+            "change: restart requested from the setup wizard (exit status %d: systemd starts mp-edge again)",
+            RESTART_EXIT_STATUS,
+        )
+        self._nursery.start_soon(self._stop_soon)
+
+    async def _stop_soon(self) -> None:
+        await trio.sleep(RESTART_DELAY_S)
+        if self.stop_process is not None:
+            self.stop_process()
 
     # ------------------------------------------------------------------ the manager link (interop.md 6)
 
@@ -572,6 +659,7 @@ class EdgeService:
                 update={"node_id": manager.node_id, "node_secret": node_secret, "registration_token": None}
             )
             new = self.config.model_copy(update={"manager": file_manager, "setup_enabled": False})
+            _log.info("change: manager credentials saved node=%s", manager.node_id)
             try:
                 await self._persist(new, follow_link=False)
             except errors.PersistFailed as exc:
@@ -591,11 +679,33 @@ class EdgeService:
             file_manager = (self.config.manager or current).model_copy(update={"node_secret": new_secret})
             await self._persist(self.config.model_copy(update={"manager": file_manager}), follow_link=False)
             self.link_config = manager  # the next connection uses it; this one stays up
+            _log.info("change: manager secret rotated node=%s", manager.node_id)
 
 
+# cert_fingerprint is beyond interop.md 3 (docs/edge.md): the wizard pins a self-signed manager.
 _SETUP_KEYS: Final = frozenset(
-    {"manager_url", "listen_addr", "listen_port", "accept_self_signed_cert", "registration_token", "device_name"}
+    {
+        "manager_url",
+        "listen_addr",
+        "listen_port",
+        "accept_self_signed_cert",
+        "registration_token",
+        "device_name",
+        "cert_fingerprint",
+    }
 )
+MANAGER_URL_RULE: Final = (
+    "a manager URL is wss://HOST[:PORT]/PATH, with a host (no user name or password) and a port 1-65535"
+)
+FINGERPRINT_RULE: Final = (
+    "cert_fingerprint must be the SHA-256 of the manager's certificate: 32 hex pairs (AB:CD:...) or 64 hex digits"
+)
+_HOSTNAME_RE: Final = re.compile(
+    r"(?!.{254})[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?"
+)
+_FINGERPRINT_LABEL_RE: Final = re.compile(r"^\s*(?:sha-?256\s+)?fingerprint\s*=\s*", re.IGNORECASE)
+_FINGERPRINT_PAIRS_RE: Final = re.compile(r"[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){31}")
+_FINGERPRINT_HEX_RE: Final = re.compile(r"[0-9a-fA-F]{64}")
 
 
 def build_setup_config(current: AppConfig, body: dict[str, Any]) -> AppConfig:
@@ -626,6 +736,9 @@ def build_setup_config(current: AppConfig, body: dict[str, Any]) -> AppConfig:
     self_signed = body.get("accept_self_signed_cert", False)
     if not isinstance(self_signed, bool):
         raise errors.InvalidInput("accept_self_signed_cert must be a boolean")
+    old = current.manager or ManagerConfig()
+    # interop.md 3 keeps cert_fingerprint; the key (an extension) sets it, null or blank clears it.
+    pin = _setup_fingerprint(body["cert_fingerprint"]) if "cert_fingerprint" in body else old.cert_fingerprint
 
     data = current.model_dump()
     if addr is not None:
@@ -635,22 +748,67 @@ def build_setup_config(current: AppConfig, body: dict[str, Any]) -> AppConfig:
     if "device_name" in body:
         trimmed = (device_name or "").strip()
         data["device_name"] = trimmed or None
-    old = current.manager or ManagerConfig()
     new_token = token.strip() if isinstance(token, str) and token.strip() else None
     changed = url != old.url or new_token is not None
     data["manager"] = {
         "enabled": True,
         "url": url,
         "accept_self_signed_cert": self_signed,
-        "cert_fingerprint": old.cert_fingerprint,
+        "cert_fingerprint": pin,
         "registration_token": new_token if new_token is not None else old.registration_token,
         "node_id": None if changed else old.node_id,
         "node_secret": None if changed else old.node_secret,
     }
     try:
-        return AppConfig.model_validate(data)
+        config = AppConfig.model_validate(data)
     except ValidationError as exc:
         raise errors.InvalidInput(f"Validation failed: {describe_validation_error(exc)}") from None
+    # Part of the "patched config fails validation" row of interop.md 3 (so its order holds), checked
+    # here rather than in the model: a node whose config.json holds such a URL still starts and runs
+    # its flows (the link reports the URL), where a model check would stop it at boot.
+    if not manager_url_is_usable(url):
+        raise errors.InvalidInput(f"Validation failed: manager.url: {MANAGER_URL_RULE}")
+    return config
+
+
+def manager_url_is_usable(url: str) -> bool:
+    """``wss://HOST[:PORT]/PATH``: a host name or IP literal, no user info, a port 1-65535 when given."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # ValueError: not a number, or above 65535
+    except ValueError:
+        return False
+    host = parts.hostname
+    if parts.scheme != "wss" or not host or "@" in parts.netloc or parts.netloc.endswith(":") or port == 0:
+        return False
+    return _is_ip(host) or _HOSTNAME_RE.fullmatch(host) is not None
+
+
+def _setup_fingerprint(value: object) -> str | None:
+    """The wizard's ``cert_fingerprint`` in the form the link checks (upper-case pairs), or None.
+
+    Takes what the manager shows (``fingerprint_sha256``), what ``openssl x509 -fingerprint
+    -sha256`` prints (its ``sha256 Fingerprint=`` label included) or 64 bare hex digits."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise errors.InvalidInput(FINGERPRINT_RULE)
+    text = _FINGERPRINT_LABEL_RE.sub("", value).strip()
+    if not text:
+        return None
+    if not (_FINGERPRINT_PAIRS_RE.fullmatch(text) or _FINGERPRINT_HEX_RE.fullmatch(text)):
+        raise errors.InvalidInput(FINGERPRINT_RULE)
+    digits = text.replace(":", "").upper()
+    return ":".join(digits[i : i + 2] for i in range(0, 64, 2))
+
+
+def under_systemd() -> bool:
+    """Started by systemd: it sets ``INVOCATION_ID`` for every unit, ``NOTIFY_SOCKET`` for Type=notify."""
+    return bool(os.environ.get("INVOCATION_ID") or os.environ.get("NOTIFY_SOCKET"))
+
+
+def _host_port(addr: str, port: int) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
 def _is_ip(value: object) -> bool:

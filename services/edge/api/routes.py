@@ -157,6 +157,32 @@ async def setup_save() -> Response:
     )
 
 
+@bp.get("/setup/runtime")
+async def setup_runtime() -> Response:
+    """What is in force in this process (bare body; beyond the spec, docs/edge.md): the address
+    and port the API listens on, how to restart, ``allow_insecure``, the saved fingerprint."""
+    return json_response(edge().setup_runtime())
+
+
+@bp.post("/setup/restart")
+async def setup_restart() -> Response:
+    """The wizard's "Restart now" (beyond the spec, docs/edge.md): 202, then mp-edge stops and
+    exits 75 for systemd to start it again. Public like ``POST /setup`` and only while it is
+    allowed (403 otherwise); the body is ``{}`` as JSON, so a cross-site form cannot send it;
+    409 when not under systemd (nothing would start it again)."""
+    service = edge()
+    if not service.config.setup_enabled:
+        return fail("Setup wizard is disabled on this node", 403)
+    body = await read_json_object()
+    if body:
+        raise errors.InvalidInput(f"unknown key: {sorted(body)[0]}")
+    service.request_restart()
+    return json_response(
+        {"success": True, "message": "Restarting mp-edge: it stops now and systemd starts it again in a few seconds."},
+        202,
+    )
+
+
 # --------------------------------------------------------------------------- flows
 
 
