@@ -272,6 +272,17 @@ class EdgeService:
         if self.lifecycle.allows(flow_id, Trigger.STOP):
             self.lifecycle.fire(flow_id, Trigger.STOP)
 
+    async def _retire(self, flow_id: str) -> None:
+        """A flow removed from the config: stopped if it runs, forgotten, and one event."""
+        if self.engine.is_running(flow_id):
+            try:
+                await self._stop(flow_id)
+            except EngineFailed:
+                _log.error("flow %s deleted but its engine stop failed", flow_id)
+        self.lifecycle.forget(flow_id)
+        self.stats.forget(flow_id)
+        self.publish(info(EventCategory.FLOW, "flow deleted", flow_id=flow_id))
+
     async def start_flow(self, flow_id: str) -> None:
         async with self._mutating():
             flow = self.flow(flow_id)
@@ -341,14 +352,7 @@ class EdgeService:
                 self.config.model_copy(update={"flows": [f for f in self.config.flows if f.id != flow_id]})
             )
             _log.info("change: flow deleted flow=%s", flow_id)
-            if self.engine.is_running(flow_id):
-                try:
-                    await self._stop(flow_id)
-                except EngineFailed:
-                    _log.error("flow %s deleted but its engine stop failed", flow_id)
-            self.lifecycle.forget(flow_id)
-            self.stats.forget(flow_id)
-            self.publish(info(EventCategory.FLOW, "flow deleted", flow_id=flow_id))
+            await self._retire(flow_id)
 
     async def add_output(self, flow_id: str, output: OutputConfig) -> OutputConfig:
         async with self._mutating():
@@ -478,14 +482,7 @@ class EdgeService:
             failed: list[str] = []
 
             for flow_id in plan.deleted:
-                if self.engine.is_running(flow_id):
-                    try:
-                        await self._stop(flow_id)
-                    except EngineFailed:
-                        _log.error("flow %s deleted but its engine stop failed", flow_id)
-                self.lifecycle.forget(flow_id)
-                self.stats.forget(flow_id)
-                self.publish(info(EventCategory.FLOW, "flow deleted", flow_id=flow_id))
+                await self._retire(flow_id)
 
             for flow in plan.replaced:
                 self.publish(info(EventCategory.FLOW, "flow updated", flow_id=flow.id))

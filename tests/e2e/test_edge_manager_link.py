@@ -17,12 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
 
-from appliance.manager_client import fingerprint_of
 from tests.helpers.edge import Edge, free_udp_port, start_edge, wait_for
-from tests.helpers.manager import Manager, login, setup_super_admin, start_manager
+from tests.helpers.manager import Manager, login, manager_fingerprint, setup_super_admin, start_manager
 
 
 @dataclass
@@ -34,12 +31,10 @@ class Linked:
     config_dir: Path
 
 
-def manager_fingerprint(manager: Manager) -> str:
-    cert = x509.load_pem_x509_certificate(manager.cert_path.read_bytes())
-    return fingerprint_of(cert.public_bytes(Encoding.DER))
-
-
-def edge_config(manager: Manager, token: str, *, flows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def edge_config(
+    manager: Manager, token: str, *, flows: list[dict[str, Any]] | None = None, host: str = "127.0.0.1"
+) -> dict[str, Any]:
+    """A first-boot edge config pointing at ``manager`` (its certificate pinned) with ``token``."""
     return {
         "version": 1,
         "device_name": "ob-truck-3",
@@ -47,7 +42,7 @@ def edge_config(manager: Manager, token: str, *, flows: list[dict[str, Any]] | N
         "server": {"listen_addr": "127.0.0.1", "listen_port": 8080},
         "manager": {
             "enabled": True,
-            "url": f"wss://127.0.0.1:{manager.port}/ws/node",
+            "url": f"wss://{host}:{manager.port}/ws/node",
             "cert_fingerprint": manager_fingerprint(manager),
             "registration_token": token,
         },

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_edge_manager_link import manager_fingerprint, rtp_flow
+from tests.e2e.test_edge_manager_link import edge_config, rtp_flow
 from tests.helpers.edge import Edge, start_edge, wait_for
 from tests.helpers.manager import login, setup_super_admin
 from tests.helpers.netns import Impairment, Net, NsManager, netns_pair, start_manager_in_netns
@@ -128,19 +128,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             created = admin.post("/api/v1/nodes", json={"name": "ob-truck-3"})
             assert created.status_code == 201, created.text
             node_id, token = created.json()["id"], created.json()["registration_token"]
-            config = {
-                "version": 1,
-                "device_name": "ob-truck-3",
-                "setup_enabled": True,
-                "server": {"listen_addr": "127.0.0.1", "listen_port": 8080},
-                "manager": {
-                    "enabled": True,
-                    "url": f"wss://{net.ns_addr}:{manager.port}/ws/node",
-                    "cert_fingerprint": manager_fingerprint(manager),
-                    "registration_token": token,
-                },
-                "flows": [rtp_flow(flow_id) for flow_id in FLOWS],
-            }
+            flows = [rtp_flow(flow_id) for flow_id in FLOWS]
+            config = edge_config(manager, token, flows=flows, host=net.ns_addr)
             edge = start_edge(tmp_path / "edge", config=config)
             api = edge.client(timeout=10)
             wait_for(lambda: node_status(admin, node_id) == "online", timeout=30)

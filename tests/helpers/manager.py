@@ -224,3 +224,14 @@ def login(client: httpx.Client, username: str = ADMIN_USER, password: str = ADMI
     if response.status_code == 200:
         client.headers["X-CSRF-Token"] = response.json()["csrf_token"]
     return response
+
+
+def manager_fingerprint(manager: Manager) -> str:
+    """``AA:BB:…``: the SHA-256 of the manager's certificate, for an edge's ``cert_fingerprint``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from appliance.manager_client import fingerprint_of
+
+    cert = x509.load_pem_x509_certificate(manager.cert_path.read_bytes())
+    return fingerprint_of(cert.public_bytes(Encoding.DER))
