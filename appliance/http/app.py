@@ -206,3 +206,27 @@ async def serve(
     if certfile and keyfile:
         config.certfile, config.keyfile = certfile, keyfile
     await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+
+
+def first_os_error(exc: BaseException) -> OSError | None:
+    """The first OSError inside an exception (group), or None: why a listener could not bind."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = first_os_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+async def discard_client_messages(scope: trio.CancelScope) -> None:
+    """Read and drop what a push-only WebSocket's client sends; cancel ``scope`` when it closes.
+
+    Reading keeps quart's receive queue empty and is how the close is seen.
+    """
+    try:
+        while True:
+            await websocket.receive()
+    finally:
+        scope.cancel()

@@ -39,7 +39,7 @@ import trio
 
 from appliance import __version__, systemd
 from appliance.errors import NotFound, PersistFailed
-from appliance.http.app import serve
+from appliance.http.app import first_os_error, serve
 from appliance.logs import configure_service_logging
 from services.manager import auth
 from services.manager.api.ws import register_hub
@@ -205,7 +205,7 @@ def serve_main(settings: ManagerSettings) -> None:
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         pass
     except BaseException as exc:
-        os_error = _first_os_error(exc)
+        os_error = first_os_error(exc)
         if os_error is None:
             raise
         reason = os_error.strerror or str(os_error)
@@ -253,15 +253,3 @@ async def reset_user_password(data_dir: Path, url: str | None, username: str, pa
 def _die(message: str, status: int) -> NoReturn:
     print(f"mp-manager: {message}", file=sys.stderr)
     raise SystemExit(status)
-
-
-def _first_os_error(exc: BaseException) -> OSError | None:
-    """The first OSError inside an exception (group), or None."""
-    if isinstance(exc, OSError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _first_os_error(inner)
-            if found is not None:
-                return found
-    return None

@@ -19,7 +19,7 @@ from quart import Blueprint, Response, current_app, request, websocket
 
 from appliance import auth, errors
 from appliance.config.store import fill_kept_secrets
-from appliance.http.app import read_json, read_json_object, validate
+from appliance.http.app import discard_client_messages, read_json, read_json_object, validate
 from appliance.http.envelope import fail, json_response, ok
 from appliance.models.config import AppConfig, FlowConfig, OutputConfig
 from appliance.models.stats import HealthStatus, StatsSnapshot
@@ -406,7 +406,7 @@ async def ws_stats() -> Response | None:
     service.snapshot_listeners.append(mailbox.put)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_discard_client_messages, nursery.cancel_scope)
+            nursery.start_soon(discard_client_messages, nursery.cancel_scope)
             mailbox.put(service.snapshot())  # the first frame at once
             while True:
                 snapshot = await mailbox.take()
@@ -415,12 +415,3 @@ async def ws_stats() -> Response | None:
     finally:
         service.snapshot_listeners.remove(mailbox.put)
     return None
-
-
-async def _discard_client_messages(scope: trio.CancelScope) -> None:
-    # Client messages are ignored; reading them keeps quart's queue empty and sees the close.
-    try:
-        while True:
-            await websocket.receive()
-    finally:
-        scope.cancel()

@@ -23,7 +23,7 @@ import trio
 from quart import Response, websocket
 from quart_trio import QuartTrio
 
-from appliance.http.app import create_app, serve
+from appliance.http.app import create_app, discard_client_messages, first_os_error, serve
 from appliance.http.envelope import ok
 from appliance.models.config import UdpOutput
 from services.edge.service import EdgeService
@@ -75,7 +75,7 @@ def build_monitor_app(service: EdgeService, hub: MonitorHub) -> QuartTrio:
         mailbox = hub.join()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_discard_client_messages, nursery.cancel_scope)
+                nursery.start_soon(discard_client_messages, nursery.cancel_scope)
                 while True:
                     frame = await mailbox.take()
                     await websocket.send(hub.message(frame, mailbox))
@@ -83,14 +83,6 @@ def build_monitor_app(service: EdgeService, hub: MonitorHub) -> QuartTrio:
             hub.leave(mailbox)
 
     return app
-
-
-async def _discard_client_messages(scope: trio.CancelScope) -> None:
-    try:
-        while True:
-            await websocket.receive()
-    finally:
-        scope.cancel()
 
 
 async def serve_monitor(
@@ -127,7 +119,7 @@ async def serve_monitor(
                     )
                 )
             except BaseException as exc:
-                os_error = _first_os_error(exc)
+                os_error = first_os_error(exc)
                 if os_error is None:
                     raise
                 shown = f"[{host}]" if ":" in host else host
@@ -142,15 +134,3 @@ async def serve_monitor(
         finally:
             service.snapshot_listeners.remove(hub.on_snapshot)
             nursery.cancel_scope.cancel()
-
-
-def _first_os_error(exc: BaseException) -> OSError | None:
-    """The first OSError inside an exception (group), or None."""
-    if isinstance(exc, OSError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _first_os_error(inner)
-            if found is not None:
-                return found
-    return None
