@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE_DIRS = ("services/edge/core", "appliance/protocol", "appliance/tunnel")
+CORE_DIRS = ("services/edge/core", "appliance/protocol", "appliance/tunnel", "appliance/relayproto")
 CORE_FILES = ("services/relay/native_plane.py",)  # services/relay will also hold the trio drivers
 FORBIDDEN = {"trio", "quart", "quart_trio", "hypercorn", "socket", "sqlite3", "time", "random", "asyncio"}
 

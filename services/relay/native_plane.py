@@ -13,7 +13,6 @@ the relay). Bind tokens (8.4) are checked by a verifier the caller supplies.
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import json
 import uuid
@@ -25,7 +24,8 @@ Address = tuple[str, int]
 """``(ip, port)`` as ``recvfrom`` reports it (an IPv6 caller passes the first two fields)."""
 Direction = Literal["ingress", "egress"]
 BindVerifier = Callable[[uuid.UUID, Direction, str | None], bool]
-"""``(tunnel_id, direction, bind_token or None) -> accepted``: the 8.4 check (see ``check_bind_token``)."""
+"""``(tunnel_id, direction, bind_token or None) -> accepted``: the 8.4 check, i.e.
+``appliance.relayproto.bind_allowed`` with the tunnel's authorization."""
 
 PREFIX_LEN: Final = 16
 NIL_PREFIX: Final = bytes(PREFIX_LEN)
@@ -152,16 +152,6 @@ def decode_ack(data: bytes) -> Ack:
     if not isinstance(ready, bool):
         raise ControlError("ready must be a boolean")
     return Ack(_tunnel_id(obj["tunnel_id"]), ready)
-
-
-def check_bind_token(expected: str | None, presented: str | None, *, require_bind_auth: bool) -> bool:
-    """The 8.4 rule for one leg: with an authorization entry (``expected``) the token must match in
-    constant time and a missing one fails; without an entry the register passes unless fail-closed."""
-    if expected is None:
-        return not require_bind_auth
-    if presented is None:
-        return False
-    return hmac.compare_digest(expected.encode(), presented.encode())
 
 
 # --------------------------------------------------------------------------- the latching table

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from appliance.relayproto import BindAuthorization, bind_allowed
 from services.relay import native_plane as np_
 from services.relay.native_plane import (
     NIL_PREFIX,
@@ -16,7 +17,6 @@ from services.relay.native_plane import (
     ControlError,
     NativePlane,
     Register,
-    check_bind_token,
     decode_ack,
     decode_register,
     encode_ack,
@@ -36,7 +36,9 @@ def token(tid: uuid.UUID, direction: str) -> str:
 
 
 def verifier(tid: uuid.UUID, direction: np_.Direction, presented: str | None) -> bool:
-    return check_bind_token(token(tid, direction), presented, require_bind_auth=True)
+    """What the relay passes: the one 8.4 rule (appliance.relayproto), fail-closed."""
+    authorization = BindAuthorization.from_secret(SECRET, str(tid))
+    return bind_allowed(authorization, direction, presented, require_bind_auth=True)
 
 
 def reg(direction: np_.Direction, tid: uuid.UUID = TID, tok: str | None = "") -> bytes:
@@ -126,15 +128,6 @@ def test_control_json_of_exactly_2032_bytes_is_accepted() -> None:
     padded = body[:-1] + b" " * (2032 - len(body)) + b"}"
     assert len(padded) == 2032
     assert decode_register(NIL_PREFIX + padded).direction == "ingress"
-
-
-def test_check_bind_token_follows_8_4() -> None:
-    good = token(TID, "ingress")
-    assert check_bind_token(good, good, require_bind_auth=False)
-    assert not check_bind_token(good, token(TID, "egress"), require_bind_auth=False)
-    assert not check_bind_token(good, None, require_bind_auth=False)  # entry exists, token missing
-    assert check_bind_token(None, None, require_bind_auth=False)  # no entry, fail-open
-    assert not check_bind_token(None, good, require_bind_auth=True)  # no entry, fail-closed
 
 
 class Recorder:
