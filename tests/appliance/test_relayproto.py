@@ -436,7 +436,7 @@ def test_package_does_no_io() -> None:
     forbidden = {"trio", "socket", "time", "random", "asyncio", "os", "secrets"}
     root = Path(__file__).resolve().parents[2] / "appliance" / "relayproto"
     files = sorted(root.glob("*.py"))
-    assert len(files) == 5
+    assert len(files) >= 5  # an empty list must not pass quietly
     for path in files:
         names: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
