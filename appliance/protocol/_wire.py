@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Final
 
-from pydantic import AwareDatetime, BeforeValidator, PlainSerializer, SecretStr, ValidationError
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, PlainSerializer, SecretStr, ValidationError
 
-from appliance.untrusted import error_message
+from appliance.untrusted import JsonTooDeep, error_message, load_json
 
 JsonObject = dict[str, object]
 """A JSON object kept as received: flows, outputs, tunnels and configs inside commands (the
@@ -71,3 +71,49 @@ def describe_validation_error(
             break
     more = exc.error_count() - len(parts)
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def load_json_object(frame: str | bytes) -> dict[str, object]:
+    """A frame's JSON object. ``ProtocolError`` ``MALFORMED`` (not UTF-8, not JSON, nested too
+    deep, not an object) with a text that never quotes the frame."""
+    from appliance.protocol.errors import ErrorKind, ProtocolError
+
+    if isinstance(frame, bytes):
+        try:
+            frame = frame.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError(ErrorKind.MALFORMED, "Frame is not UTF-8 text") from None
+    try:
+        document = load_json(frame)
+    except JsonTooDeep:
+        raise ProtocolError(ErrorKind.MALFORMED, "Frame nests JSON too deep") from None
+    except ValueError:
+        # from None: a JSONDecodeError keeps the document in its ``doc`` attribute.
+        raise ProtocolError(ErrorKind.MALFORMED, "Frame is not valid JSON") from None
+    if not isinstance(document, dict):
+        raise ProtocolError(ErrorKind.MALFORMED, "Frame is not a JSON object")
+    return document
+
+
+def parse_typed_json(frame: str | bytes, models: Mapping[str, type[BaseModel]]) -> BaseModel:
+    """A frame's JSON object as the model its ``type`` names (the node protocol and the relay's).
+
+    Raises ``ProtocolError``: ``MALFORMED`` (see :func:`load_json_object`; or no string
+    ``type``), ``UnknownMessageType``, or ``INVALID``. No text quotes the frame.
+    """
+    from appliance.protocol.errors import ErrorKind, ProtocolError, UnknownMessageType
+
+    document = load_json_object(frame)
+    kind = document.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(ErrorKind.MALFORMED, "Frame has no message type")
+    model = models.get(kind)
+    if model is None:
+        raise UnknownMessageType()
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        # from None: a ValidationError's own text quotes the input values.
+        raise ProtocolError(
+            ErrorKind.INVALID, f"Invalid {kind} message: {describe_validation_error(exc, '')}"
+        ) from None

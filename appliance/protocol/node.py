@@ -51,23 +51,18 @@ from pydantic import (
     RootModel,
     SerializerFunctionWrapHandler,
     Tag,
-    ValidationError,
     model_serializer,
     model_validator,
 )
 
 from appliance.models.events import Event, Severity
 from appliance.models.stats import FlowStats, HealthStatus
-from appliance.protocol._wire import JsonObject, Timestamp, WireSecret, describe_validation_error
+from appliance.protocol._wire import JsonObject, Timestamp, WireSecret, parse_typed_json
 from appliance.protocol.actions import AnyAction, DeviceType, parse_action, wire_action
 from appliance.protocol.errors import (
-    ErrorKind,
     FrameTooLarge,
     LocalProtocolError,
-    ProtocolError,
-    UnknownMessageType,
 )
-from appliance.untrusted import JsonTooDeep, load_json
 
 # --------------------------------------------------------------------------- limits (interop.md 6)
 PROTOCOL_VERSION: Final = 1
@@ -422,34 +417,7 @@ def decode(frame: str | bytes, *, max_bytes: int) -> Message:
     """
     if frame_size_exceeds(frame, max_bytes):
         raise FrameTooLarge(max_bytes)
-    if isinstance(frame, bytes):
-        try:
-            frame = frame.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ProtocolError(ErrorKind.MALFORMED, "Frame is not UTF-8 text") from None
-    try:
-        document = load_json(frame)
-    except JsonTooDeep:
-        raise ProtocolError(ErrorKind.MALFORMED, "Frame nests JSON too deep") from None
-    except ValueError:
-        # from None: a JSONDecodeError keeps the document in its ``doc`` attribute.
-        raise ProtocolError(ErrorKind.MALFORMED, "Frame is not valid JSON") from None
-    if not isinstance(document, dict):
-        raise ProtocolError(ErrorKind.MALFORMED, "Frame is not a JSON object")
-    kind = document.get("type")
-    if not isinstance(kind, str):
-        raise ProtocolError(ErrorKind.MALFORMED, "Frame has no message type")
-    model = MESSAGE_MODELS.get(kind)
-    if model is None:
-        raise UnknownMessageType()
-    try:
-        message = model.model_validate(document)
-    except ValidationError as exc:
-        # from None: a ValidationError's own text quotes the input values.
-        raise ProtocolError(
-            ErrorKind.INVALID, f"Invalid {kind} message: {describe_validation_error(exc, '')}"
-        ) from None
-    return cast("Message", message)
+    return cast("Message", parse_typed_json(frame, MESSAGE_MODELS))
 
 
 def encode(message: Message, *, max_bytes: int | None = None) -> str:

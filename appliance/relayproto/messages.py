@@ -46,10 +46,9 @@ from pydantic import (
     model_serializer,
 )
 
-from appliance.protocol._wire import WireSecret, describe_validation_error
-from appliance.protocol.errors import ErrorKind, ProtocolError, UnknownMessageType
+from appliance.protocol._wire import WireSecret, describe_validation_error, load_json_object, parse_typed_json
+from appliance.protocol.errors import ErrorKind, ProtocolError
 from appliance.relayproto.framing import MAX_FRAME_BYTES, encode_frame
-from appliance.untrusted import JsonTooDeep, load_json
 
 __all__ = [
     "ALPN_DIRECT",
@@ -324,44 +323,13 @@ class StreamHeader(BaseModel):
 
 
 # --------------------------------------------------------------------------- codec
-def _load_object(body: bytes) -> dict[str, object]:
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ProtocolError(ErrorKind.MALFORMED, "Frame is not UTF-8 text") from None
-    try:
-        document = load_json(text)
-    except JsonTooDeep:
-        raise ProtocolError(ErrorKind.MALFORMED, "Frame nests JSON too deep") from None
-    except ValueError:
-        # from None: a JSONDecodeError keeps the document in its ``doc`` attribute.
-        raise ProtocolError(ErrorKind.MALFORMED, "Frame is not valid JSON") from None
-    if not isinstance(document, dict):
-        raise ProtocolError(ErrorKind.MALFORMED, "Frame is not a JSON object")
-    return document
-
-
 def decode(body: bytes) -> Message:
     """Parse one frame body (the JSON, without its length prefix) into its message model.
 
     Raises :class:`ProtocolError`: ``MALFORMED`` (not UTF-8, not JSON, not an object, no string
     ``type``), :class:`UnknownMessageType`, or ``INVALID``. interop.md 8.1: log and skip each.
     """
-    document = _load_object(body)
-    kind = document.get("type")
-    if not isinstance(kind, str):
-        raise ProtocolError(ErrorKind.MALFORMED, "Frame has no message type")
-    model = MESSAGE_MODELS.get(kind)
-    if model is None:
-        raise UnknownMessageType()
-    try:
-        message = model.model_validate(document)
-    except ValidationError as exc:
-        # from None: a ValidationError's own text quotes the input values.
-        raise ProtocolError(
-            ErrorKind.INVALID, f"Invalid {kind} message: {describe_validation_error(exc, '')}"
-        ) from None
-    return cast("Message", message)
+    return cast("Message", parse_typed_json(body, MESSAGE_MODELS))
 
 
 def encode(message: Message) -> bytes:
@@ -374,7 +342,7 @@ def encode(message: Message) -> bytes:
 
 def decode_stream_header(body: bytes) -> StreamHeader:
     """Parse a TCP data stream's header frame body. Raises :class:`ProtocolError`."""
-    document = _load_object(body)
+    document = load_json_object(body)
     try:
         return StreamHeader.model_validate(document)
     except ValidationError as exc:
