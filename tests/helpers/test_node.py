@@ -80,8 +80,9 @@ class TestNode:
     changed: trio.Event = field(default_factory=trio.Event)
     """Set (and replaced) whenever a frame arrives: wait on it to re-check a condition."""
 
-    async def wait_authenticated(self, timeout_s: float = 5.0) -> None:
-        """Until ``register_ack`` / ``auth_ok``; fails the test after ``timeout_s``."""
+    async def wait_authenticated(self, timeout_s: float = 15.0) -> None:
+        """Until ``register_ack`` / ``auth_ok``; fails the test after ``timeout_s`` (15 s: a
+        registration is a store write, and a CI host at full load once took over 5 s)."""
         with trio.fail_after(timeout_s):
             await self.authenticated.wait()
 
