@@ -9,7 +9,7 @@ network namespace the test creates")::
     UdpSink <------------------------------------------------------ rtp output (unicast)
     httpx   ----------------------- REST API on the ns veth address ----
 
-Addresses come from 198.18.0.0/15 (RFC 2544, benchmarking). The edge joins
+Addresses are a random /30 of 10.213.0.0/16 (tests/helpers/netns.py). The edge joins
 239.10.0.1 on the namespace's veth address (``interface_addr``) and forwards to
 a unicast receiver on the host end. A second flow joins 239.10.0.2 on the same
 port, so a datagram to that group does reach the namespace's stack: the test
@@ -21,9 +21,6 @@ EPERM). A missing ``ip`` tool skips locally and fails under ``CI=true``.
 
 from __future__ import annotations
 
-import os
-import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +37,7 @@ import pytest
 
 from tests.helpers.edge import EDGE_BIN, free_udp_port, wait_for, write_config
 from tests.helpers.media import UdpSink, rtp_stream
+from tests.helpers.netns import Net, ip, netns_pair
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e]
 
@@ -47,76 +45,6 @@ GROUP_A = "239.10.0.1"
 GROUP_B = "239.10.0.2"
 MCAST_PORT = 5000
 API_PORT = 18080  # inside the test's own namespace: nothing else can hold it
-IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-def _missing_tool(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{reason} (CI=true: a skip here would be a silent pass)")
-    pytest.skip(reason)
-
-
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20, check=check)
-
-
-@dataclass
-class Net:
-    """The namespace and the veth pair of one test."""
-
-    name: str
-    host_if: str
-    ns_if: str
-    host_addr: str
-    ns_addr: str
-
-
-@contextmanager
-def netns_pair() -> Iterator[Net]:
-    """A fresh netns with a veth pair into it; always torn down, whatever failed."""
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root (ip netns add)")
-    if shutil.which("ip") is None:
-        _missing_tool("the 'ip' tool (iproute2) is not installed")
-    token = secrets.token_hex(3)
-    # 198.18.0.0/15 (RFC 2544): a random /30 so parallel runs do not collide.
-    block = secrets.randbelow(2 * 256 * 64)
-    second, third, fourth = 18 + block // (256 * 64), (block // 64) % 256, (block % 64) * 4
-    net = Net(
-        name=f"mp-mcast-{token}",
-        host_if=f"mpmh{token}",  # interface names are at most 15 characters
-        ns_if=f"mpmn{token}",
-        host_addr=f"198.{second}.{third}.{fourth + 1}",
-        ns_addr=f"198.{second}.{third}.{fourth + 2}",
-    )
-    added = _ip("netns", "add", net.name, check=False)
-    if added.returncode != 0:
-        if "Operation not permitted" in added.stderr or "Permission denied" in added.stderr:
-            pytest.skip(f"cannot create a network namespace here: {added.stderr.strip()}")
-        pytest.fail(f"ip netns add failed: {added.stderr.strip()}")
-    try:
-        _ip("link", "add", net.host_if, "type", "veth", "peer", "name", net.ns_if)
-        _ip("link", "set", net.ns_if, "netns", net.name)
-        _ip("addr", "add", f"{net.host_addr}/30", "dev", net.host_if)
-        _ip("link", "set", net.host_if, "up")
-        _ip("-n", net.name, "addr", "add", f"{net.ns_addr}/30", "dev", net.ns_if)
-        _ip("-n", net.name, "link", "set", net.ns_if, "up")
-        _ip("-n", net.name, "link", "set", "lo", "up")
-        yield net
-    finally:
-        _kill_namespace_processes(net.name)
-        _ip("link", "del", net.host_if, check=False)  # takes its peer with it
-        _ip("netns", "del", net.name, check=False)
-
-
-def _kill_namespace_processes(name: str) -> None:
-    # Only processes this test started live in its namespace (the edge and its workers).
-    listed = _ip("netns", "pids", name, check=False)
-    for pid in listed.stdout.split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @dataclass
@@ -250,7 +178,7 @@ def test_multicast_group_joined_on_interface_is_forwarded_and_counted(tmp_path: 
                 assert stats["input"]["packets_received"] == 0
 
             # The joins happened on the namespace's veth (interface_addr), not on lo.
-            maddr = _ip("-n", net.name, "maddr", "show", "dev", net.ns_if).stdout
+            maddr = ip("-n", net.name, "maddr", "show", "dev", net.ns_if).stdout
             assert GROUP_A in maddr and GROUP_B in maddr, maddr
 
             packets = list(rtp_stream(200))
@@ -293,8 +221,8 @@ def test_teardown_leaves_nothing_behind(tmp_path: Path) -> None:
     """The namespace, the veth pair and every process in it are gone after the block."""
     with netns_pair() as net:
         probe = subprocess.Popen(["ip", "netns", "exec", net.name, sys.executable, "-c", "import time; time.sleep(60)"])
-        wait_for(lambda: str(probe.pid) in _ip("netns", "pids", net.name).stdout, timeout=10)
+        wait_for(lambda: str(probe.pid) in ip("netns", "pids", net.name).stdout, timeout=10)
         name, host_if = net.name, net.host_if
     assert probe.wait(10) == -signal.SIGKILL
-    assert name not in _ip("netns", "list").stdout
-    assert _ip("link", "show", host_if, check=False).returncode != 0
+    assert name not in ip("netns", "list").stdout
+    assert ip("link", "show", host_if, check=False).returncode != 0

@@ -16,7 +16,8 @@ failed: …"}``. The key never appears in an answer, an error or a log line.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Final, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr, TypeAdapter, field_validator
@@ -31,6 +32,8 @@ from services.manager.api.ws import HUB_KEY
 from services.manager.hub import NodeHub
 from services.manager.service import rfc3339
 from services.manager.store import AiKeyRecord, AiProvider, Role
+
+T = TypeVar("T")
 
 __all__ = ["AnalyzeRequest", "GenerateConfigRequest", "KeyDelete", "KeyPut", "QueryRequest", "bp"]
 
@@ -154,15 +157,10 @@ async def delete_key() -> Response:
 async def generate_config() -> Response:
     """Asks the provider for one action envelope; nothing is applied."""
     body = validate(_GENERATE, await read_json_object())
-    try:
-        result = await _assistant().generate_config(
-            current_principal().user, body.prompt, body.provider, body.node_id, body.existing_flows or []
-        )
-    except NoApiKey as exc:
-        return _no_key(exc)
-    except ProviderFailed as exc:
-        return _failed(exc)
-    return json_response({"success": True, "config": result.config, "raw_response": result.raw_response})
+    call = _assistant().generate_config(
+        current_principal().user, body.prompt, body.provider, body.node_id, body.existing_flows or []
+    )
+    return await _provider_answer(call, lambda result: {"config": result.config, "raw_response": result.raw_response})
 
 
 @bp.post("/api/v1/ai/analyze")
@@ -170,13 +168,8 @@ async def generate_config() -> Response:
 async def analyze() -> Response:
     """Anomaly analysis over the visible nodes' latest stats."""
     body = validate(_ANALYZE, await read_json_object())
-    try:
-        answer = await _assistant().analyze(current_principal().user, body.description, body.provider)
-    except NoApiKey as exc:
-        return _no_key(exc)
-    except ProviderFailed as exc:
-        return _failed(exc)
-    return json_response({"success": True, "response": answer.response})
+    call = _assistant().analyze(current_principal().user, body.description, body.provider)
+    return await _provider_answer(call, lambda answer: {"response": answer.response})
 
 
 @bp.post("/api/v1/ai/query")
@@ -184,10 +177,17 @@ async def analyze() -> Response:
 async def query() -> Response:
     """A natural-language question about the visible nodes and their health."""
     body = validate(_QUERY, await read_json_object())
+    call = _assistant().query(current_principal().user, body.query, body.provider)
+    return await _provider_answer(call, lambda answer: {"response": answer.response})
+
+
+async def _provider_answer(call: Awaitable[T], fields: Callable[[T], dict[str, Any]]) -> Response:
+    """One provider round trip as the AI routes answer it: 200 with ``fields``, or the
+    no-key / provider-failed answers (interop.md 7.6)."""
     try:
-        answer = await _assistant().query(current_principal().user, body.query, body.provider)
+        result = await call
     except NoApiKey as exc:
         return _no_key(exc)
     except ProviderFailed as exc:
         return _failed(exc)
-    return json_response({"success": True, "response": answer.response})
+    return json_response({"success": True, **fields(result)})
