@@ -104,7 +104,8 @@ class TunnelStatus(StrEnum):
 
     WAITING_INGRESS = "waiting_ingress"
     WAITING_EGRESS = "waiting_egress"
-    READY = "ready"
+    READY = "active"  # the spec word; READY names the state, both legs bound
+    EMPTY = "empty"  # never listed: an entry with no leg left is removed (interop.md 13)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +140,7 @@ class TunnelEntry:
 
     @property
     def status(self) -> TunnelStatus:
-        """``ready`` with both legs; else waiting for the missing one (interop.md 13)."""
+        """``active`` (READY) with both legs; else waiting for the missing one (interop.md 13)."""
         if self.ingress is None:
             return TunnelStatus.WAITING_INGRESS
         if self.egress is None:
