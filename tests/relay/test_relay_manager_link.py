@@ -9,7 +9,9 @@ commands through ``POST /api/v1/nodes/{id}/command`` acting on the running relay
 from __future__ import annotations
 
 import json
+import socket
 import stat
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ import httpx
 import pytest
 
 from appliance.relayproto import BindAuthorization
+from services.relay.native_plane import Register, decode_ack, encode_register
 from tests.helpers.edge import wait_for
 from tests.helpers.manager import Manager, login, manager_fingerprint, setup_super_admin, start_manager
 from tests.relay.test_relay_process import LOOPBACK, Relay, start_relay
@@ -61,6 +64,7 @@ def linked(tmp_path: Path) -> Iterator[Linked]:
             json.dumps(
                 {
                     "api_token": API_TOKEN,
+                    "require_bind_auth": True,
                     "manager": {
                         "enabled": True,
                         "url": f"wss://127.0.0.1:{manager.port}/ws/node",
@@ -118,17 +122,29 @@ def test_commands_act_on_the_running_relay(linked: Linked) -> None:
     )
     assert r.status_code == 200, r.text
     assert r.json()["success"] is True
+    # The relay holds the tokens now: a native register carrying the right one is acked.
+    host, port = linked.relay.udp.rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as edge:
+        edge.settimeout(5)
+        edge.bind(("127.0.0.1", 0))
+        edge.sendto(encode_register(Register(uuid.UUID(TID), "ingress", auth.ingress_token)), (host, int(port)))
+        ack = decode_ack(edge.recvfrom(2048)[0])
+    assert ack.tunnel_id == uuid.UUID(TID) and ack.ready is False
 
     r = command(admin, node_id, {"type": "list_tunnels"})
     assert r.status_code == 200 and r.json()["data"] == {"tunnels": []}
     r = command(admin, node_id, {"type": "list_udp_sessions"})
-    assert r.status_code == 200 and r.json()["data"] == {"sessions": []}
+    assert r.status_code == 200
+    (session,) = r.json()["data"]["sessions"]
+    assert session["tunnel_id"] == TID and session["status"] == "waiting_egress"
     r = command(admin, node_id, {"type": "list_edges"})
     assert r.status_code == 200 and r.json()["data"] == {"edges": []}
     r = command(admin, node_id, {"type": "revoke_tunnel", "tunnel_id": TID})
     assert r.status_code == 200 and r.json()["success"] is True
     r = command(admin, node_id, {"type": "revoke_tunnel", "tunnel_id": TID})
     assert r.status_code == 422  # nothing left to revoke: the node's text
+    r = command(admin, node_id, {"type": "close_udp_session", "tunnel_id": TID})
+    assert r.status_code == 200 and r.json()["success"] is True
     r = command(admin, node_id, {"type": "close_udp_session", "tunnel_id": TID})
     assert r.status_code == 422 and TID in r.text
 
