@@ -291,11 +291,55 @@ class SystemStats(_Stats):
     version: str
 
 
+class TunnelState(StrEnum):
+    """Tunnel states (interop.md 2.6): ``Stopped`` is a disabled (or not started) tunnel."""
+
+    STOPPED = "Stopped"
+    CONNECTING = "Connecting"
+    WAITING = "Waiting"  # bound at the relay, the peer absent
+    CONNECTED = "Connected"
+    FAILED = "Failed"
+
+
+class TunnelCounters(_Stats):
+    """One tunnel's counters, as the tunnel worker reports them (zeros while not running)."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    datagrams_sent: int = 0
+    datagrams_received: int = 0
+    replayed: int = 0
+    decrypt_errors: int = 0
+    tcp_streams_total: int = 0
+    tcp_streams_active: int = 0
+    dropped: int = 0
+
+
+class TunnelSummary(_Stats):
+    """The tunnel summary of the edge interface (``GET /api/v1/tunnels``, the manager ``stats``
+    payload's ``tunnels``): id, name, protocol, mode, direction, state, local_addr, relay_addr
+    (null in direct mode); ``enabled``, ``transport`` and ``stats`` are beyond the interface.
+    Never a secret."""
+
+    id: str
+    name: str
+    enabled: bool
+    protocol: str
+    mode: str
+    direction: str
+    transport: str
+    state: TunnelState
+    local_addr: str
+    relay_addr: str | None
+    stats: TunnelCounters = Field(default_factory=TunnelCounters)
+
+
 class StatsSnapshot(_Stats):
-    """``data`` of ``GET /api/v1/stats``."""
+    """``data`` of ``GET /api/v1/stats`` (``tunnels`` is beyond the interface)."""
 
     system: SystemStats
     flows: list[FlowStats]
+    tunnels: list[TunnelSummary] = Field(default_factory=list)
 
 
 class HealthStatus(_Stats):

@@ -25,7 +25,7 @@ from appliance import errors
 from appliance.config.store import fill_kept_secrets
 from appliance.http.app import validate
 from appliance.manager_client import CommandOutcome, LinkSettings
-from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig
+from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig, TunnelConfig
 from appliance.models.events import Event
 from appliance.models.stats import HealthStatus
 from appliance.protocol import (
@@ -54,12 +54,12 @@ from appliance.protocol import (
 if TYPE_CHECKING:
     from services.edge.service import EdgeService
 
-__all__ = ["TUNNELS_NOT_BUILT", "EdgeLinkHost", "link_settings_of"]
+__all__ = ["EdgeLinkHost", "link_settings_of"]
 
 _FLOW: Final = TypeAdapter(FlowConfig)
 _OUTPUT: Final = TypeAdapter[OutputConfig](OutputConfig)
 _APP_CONFIG: Final = TypeAdapter(AppConfig)
-TUNNELS_NOT_BUILT: Final = "Tunnels are not supported by this edge yet"
+_TUNNEL: Final = TypeAdapter(TunnelConfig)
 
 
 def link_settings_of(manager: ManagerConfig | None) -> LinkSettings | None:
@@ -97,7 +97,7 @@ class EdgeLinkHost:
         snapshot = self._service.snapshot()
         return edge_stats_payload(
             flows=snapshot.flows,
-            tunnels=[],  # the edge runs no tunnels yet (issue 16)
+            tunnels=[tunnel.model_dump(mode="json") for tunnel in snapshot.tunnels],
             uptime_secs=snapshot.system.uptime_secs,
             active_flows=snapshot.system.active_flows,
             total_flows=snapshot.system.total_flows,
@@ -155,8 +155,10 @@ class EdgeLinkHost:
                 await service.apply_config_change(validate(_APP_CONFIG, body))
             case RotateSecret(new_secret=new_secret):
                 await service.rotate_manager_secret(new_secret)
-            case CreateTunnel() | DeleteTunnel():
-                return CommandOutcome(success=False, error=TUNNELS_NOT_BUILT)
+            case CreateTunnel(tunnel=raw):
+                await service.create_tunnel(validate(_TUNNEL, dict(raw)))
+            case DeleteTunnel(tunnel_id=tunnel_id):
+                await service.delete_tunnel(tunnel_id)
             case _:
                 return CommandOutcome(success=False, error=f"Unknown command: {action.type}")
         return CommandOutcome(success=True)

@@ -11,6 +11,11 @@ so a refused or failed write leaves both the file and the running state as they 
 
 States change only through ``FlowLifecycle.fire`` (``lifecycle.py``); each change is
 one event on the bus (``events.py``), beside the engine's own events.
+
+Tunnels (interop.md 2.6) follow the same rules (one lock, validated, persisted before they
+are applied); ``TunnelSupervisor`` runs them in the tunnel worker process and reports their
+state, which is the worker's (``Connecting``, ``Waiting``, ``Connected``, ``Failed``), or
+``Stopped`` for a disabled tunnel.
 """
 
 from __future__ import annotations
@@ -34,10 +39,10 @@ from appliance import errors
 from appliance.config.store import EdgeConfigStore, ensure_jwt_secret, merge_kept_secrets, public_config
 from appliance.http.envelope import describe_validation_error
 from appliance.manager_client import ALLOW_INSECURE_ENV, ManagerClient
-from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig
-from appliance.models.events import Event, EventCategory, StoredEvent, info, warning
+from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig, TunnelConfig
+from appliance.models.events import Event, EventCategory, StoredEvent, critical, info, warning
 from appliance.models.kinds import find_clash
-from appliance.models.stats import FlowCounters, FlowState, StatsSnapshot
+from appliance.models.stats import FlowCounters, FlowState, StatsSnapshot, TunnelSummary
 from services.edge.config_diff import plan_config_change
 from services.edge.engine.kinds import check_output_supported, check_supported
 from services.edge.engine.supervisor import WORKER_NICE, WORKER_REALTIME, Engine, EngineError
@@ -45,6 +50,7 @@ from services.edge.events import EventBus
 from services.edge.lifecycle import FlowLifecycle, Trigger
 from services.edge.manager_link import EdgeLinkHost
 from services.edge.stats import StatsAggregator
+from services.edge.tunnels.supervisor import TunnelError, TunnelSupervisor
 
 _log = logging.getLogger("mediaplane.edge")
 RESTART_LOST_AFTER_S = 1.0  # the supervisor restarts a dead worker; then its flows come back
@@ -65,6 +71,20 @@ class FlowNotFound(errors.NotFound):
 class OutputNotFound(errors.NotFound):
     def __init__(self, flow_id: str, output_id: str) -> None:
         super().__init__(f"output '{output_id}' not found in flow '{flow_id}'")
+
+
+class TunnelNotFound(errors.NotFound):
+    def __init__(self, tunnel_id: str) -> None:
+        super().__init__(f"tunnel '{tunnel_id}' not found")
+
+
+def tunnel_key(tunnel_id: str) -> str:
+    """A tunnel id as the config spells it (``str(uuid.UUID)``: lower case, hyphens); any
+    other text is returned as it is (it then matches no tunnel: 404)."""
+    try:
+        return str(uuid.UUID(tunnel_id))
+    except ValueError:
+        return tunnel_id
 
 
 class EngineFailed(errors.Internal):
@@ -109,6 +129,7 @@ class EdgeService:
         pin_cpus: bool = False,
         worker_nice: int = WORKER_NICE,
         worker_realtime: int = WORKER_REALTIME,
+        tunnel_runner: str | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -127,6 +148,11 @@ class EdgeService:
             pin_cpus=pin_cpus,
             worker_nice=worker_nice,
             worker_realtime=worker_realtime,
+        )
+        # tunnel_runner: "module:attribute" of the runner factory the tunnel worker loads
+        # (None: services.edge.tunnels.runner:TunnelRunner; tests give a fake).
+        self.tunnel_supervisor = TunnelSupervisor(
+            on_event=self.events.publish, software_version=version, log_level=log_level, runner=tunnel_runner
         )
         self._lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
@@ -148,14 +174,19 @@ class EdgeService:
             self.lifecycle.add(flow.id)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start the engine and every enabled flow, then tick stats until cancelled."""
+        """Start the engine and every enabled flow, then tick stats until cancelled.
+
+        Enabled tunnels start in the background (the tunnel worker is spawned for them), so
+        the API does not wait for the tunnel worker's imports."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.engine.run)
+            await nursery.start(self.tunnel_supervisor.run)
             async with self._lock:
                 for flow in self.config.flows:
                     if flow.enabled:
                         await self._start(flow, raise_errors=False)
+            nursery.start_soon(self._start_tunnels_at_boot)
             nursery.start_soon(self._tick)
             nursery.start_soon(self.manager_link.run)
             task_status.started()
@@ -164,6 +195,13 @@ class EdgeService:
             finally:
                 with trio.CancelScope(shield=True):
                     await self.engine.shutdown()
+                    await self.tunnel_supervisor.shutdown()
+
+    async def _start_tunnels_at_boot(self) -> None:
+        async with self._mutating():
+            for tunnel in self.config.tunnels:
+                if tunnel.enabled:
+                    await self._start_tunnel(tunnel, raise_errors=False)
 
     async def _tick(self) -> None:
         """Once a second: one snapshot pushed to every listener (WebSocket clients)."""
@@ -238,7 +276,8 @@ class EdgeService:
         return int(trio.current_time() - self.started_at)
 
     def snapshot(self) -> StatsSnapshot:
-        return self.stats.build(self.config.flows, trio.current_time())
+        snapshot = self.stats.build(self.config.flows, trio.current_time())
+        return snapshot.model_copy(update={"tunnels": self.tunnels()})
 
     def public_config(self) -> dict[str, Any]:
         return public_config(self.config)
@@ -419,7 +458,9 @@ class EdgeService:
 
     async def _apply(self, config: AppConfig, *, persist: bool, change: str) -> dict[str, Any]:
         """Stop every flow the engine runs (not what the old config lists: that is where a
-        dropped flow used to keep running), take ``config``, start its enabled flows."""
+        dropped flow used to keep running), take ``config``, start its enabled flows. Tunnels
+        are diffed (``_apply_tunnels``): one that did not change keeps running."""
+        old = self.config
         if persist:
             await self._persist(config)  # first: a failed write changes nothing
         _log.info("change: %s flows=%d", change, len(config.flows))
@@ -441,6 +482,7 @@ class EdgeService:
                 await self._start(flow, raise_errors=False)
                 if self.state_of(flow.id) is FlowState.ERROR:
                     failed.append(flow.id)
+        failed += await self._apply_tunnels(old, config)
         if failed:
             raise EngineFailed("configuration applied, but these flows failed to start: " + ", ".join(failed))
         return public_config(config)
@@ -454,8 +496,9 @@ class EdgeService:
         forgotten, replaced flows (input or any non-output field changed) are stopped and
         started again if enabled, outputs-only changes are made hot on a running flow (it
         keeps running; on a flow that is not running the file is all there is to change),
-        created flows are started if enabled. Unchanged flows are never touched. Tunnels are
-        only persisted (the edge does not run them yet).
+        created flows are started if enabled. Unchanged flows are never touched. Tunnels
+        likewise (interop.md 6): removed ones stopped, changed ones restarted, added ones
+        started if enabled, unchanged ones untouched.
 
         Order: every stop and output removal first, then the starts and output additions,
         so an address one flow gives up can be taken by another in the same change. A flow
@@ -469,6 +512,7 @@ class EdgeService:
             changed = plan_config_change(self.config, merged).changed_flow_ids
             config = validate_config(merged, changed)
             plan = plan_config_change(self.config, config)
+            old = self.config
             await self._persist(config)  # first: a failed write changes nothing
             _log.info(
                 "change: config from the manager applied flows=%d created=%d deleted=%d restarted=%d "
@@ -549,6 +593,8 @@ class EdgeService:
                     if self.state_of(flow.id) is FlowState.ERROR:
                         failed.append(flow.id)
 
+            failed += await self._apply_tunnels(old, config)
+
             self.publish(
                 info(
                     EventCategory.CONFIG,
@@ -565,6 +611,114 @@ class EdgeService:
             if failed:
                 raise EngineFailed("configuration applied, but these flows failed to start: " + ", ".join(failed))
             return public_config(self.config)
+
+    # ------------------------------------------------------------------ tunnels (interop.md 2.6)
+
+    def _tunnel_config(self, tunnel_id: str) -> TunnelConfig:
+        key = tunnel_key(tunnel_id)
+        tunnel = next((t for t in self.config.tunnels if str(t.id) == key), None)
+        if tunnel is None:
+            raise TunnelNotFound(tunnel_id)
+        return tunnel
+
+    def _summary(self, tunnel: TunnelConfig) -> TunnelSummary:
+        tunnel_id = str(tunnel.id)
+        return TunnelSummary(
+            id=tunnel_id,
+            name=tunnel.name,
+            enabled=tunnel.enabled,
+            protocol=tunnel.protocol,
+            mode=tunnel.mode,
+            direction=tunnel.direction,
+            transport=tunnel.transport,
+            state=self.tunnel_supervisor.state(tunnel_id),
+            local_addr=tunnel.local_addr,
+            relay_addr=tunnel.relay_addr if tunnel.mode == "relay" else None,
+            stats=self.tunnel_supervisor.counters(tunnel_id),
+        )
+
+    def tunnels(self) -> list[TunnelSummary]:
+        """Every configured tunnel's summary, in configuration order (never a secret)."""
+        return [self._summary(tunnel) for tunnel in self.config.tunnels]
+
+    def tunnel(self, tunnel_id: str) -> TunnelSummary:
+        """One tunnel's summary; TunnelNotFound (404)."""
+        return self._summary(self._tunnel_config(tunnel_id))
+
+    def _edge_id(self) -> str | None:
+        # interop.md 8.2 ``identify``: the manager's node id, once the edge is registered.
+        manager = self.link_config or self.config.manager
+        return str(manager.node_id) if manager is not None and manager.node_id is not None else None
+
+    async def _start_tunnel(self, tunnel: TunnelConfig, *, raise_errors: bool = True) -> None:
+        try:
+            await self.tunnel_supervisor.start_tunnel(tunnel, edge_id=self._edge_id())
+        except TunnelError as exc:
+            _log.error("tunnel %s failed to start: %s", tunnel.id, exc)
+            self.publish(
+                critical(
+                    EventCategory.TUNNEL,
+                    f"tunnel '{tunnel.name}' failed to start: {exc}",
+                    tunnel_id=str(tunnel.id),
+                    tunnel_name=tunnel.name,
+                    state="Failed",
+                    reason=str(exc),
+                )
+            )
+            if raise_errors:
+                raise EngineFailed(f"tunnel '{tunnel.id}' failed to start: {exc}") from exc
+
+    async def _stop_tunnel(self, tunnel_id: str) -> None:
+        try:
+            await self.tunnel_supervisor.stop_tunnel(tunnel_id)
+        except TunnelError as exc:  # the worker is gone or stuck: it runs nothing we know of
+            _log.error("tunnel %s: stop failed: %s", tunnel_id, exc)
+
+    async def _apply_tunnels(self, old: AppConfig, new: AppConfig) -> list[str]:
+        """Tunnels from ``old`` to ``new``: removed and changed ones stopped, then added and
+        changed ones started if enabled; unchanged ones untouched. The ids that failed to start."""
+        plan = plan_config_change(old, new)
+        for tunnel_id in (*plan.tunnels_removed, *plan.tunnels_changed):
+            await self._stop_tunnel(tunnel_id)  # a no-op for one that does not run
+        by_id = {str(t.id): t for t in new.tunnels}
+        failed = []
+        for tunnel_id in (*plan.tunnels_added, *plan.tunnels_changed):
+            tunnel = by_id[tunnel_id]
+            if tunnel.enabled:
+                try:
+                    await self._start_tunnel(tunnel)
+                except EngineFailed:
+                    failed.append(f"tunnel {tunnel_id}")
+        return failed
+
+    async def create_tunnel(self, tunnel: TunnelConfig) -> TunnelConfig:
+        """Validate, persist (secrets to secrets.json, interop.md 2.7) and start if enabled.
+
+        Conflict (409) when the id exists; EngineFailed (500) when the tunnel worker refuses
+        it (the tunnel stays configured, ``Failed``)."""
+        async with self._mutating():
+            tunnel_id = str(tunnel.id)
+            if any(str(t.id) == tunnel_id for t in self.config.tunnels):
+                raise errors.Conflict(f"tunnel '{tunnel_id}' already exists")
+            new = validate_config(self.config.model_copy(update={"tunnels": [*self.config.tunnels, tunnel]}), [])
+            await self._persist(new)
+            _log.info("change: tunnel created tunnel=%s", tunnel_id)
+            self.publish(info(EventCategory.TUNNEL, f"tunnel '{tunnel.name}' created", tunnel_id=tunnel_id))
+            if tunnel.enabled:
+                await self._start_tunnel(tunnel)
+            return tunnel
+
+    async def delete_tunnel(self, tunnel_id: str) -> None:
+        """Stop (if it runs) and remove a tunnel, its secrets with it; TunnelNotFound (404)."""
+        async with self._mutating():
+            tunnel = self._tunnel_config(tunnel_id)
+            key = str(tunnel.id)
+            await self._persist(
+                self.config.model_copy(update={"tunnels": [t for t in self.config.tunnels if str(t.id) != key]})
+            )
+            _log.info("change: tunnel deleted tunnel=%s", key)
+            await self._stop_tunnel(key)
+            self.publish(info(EventCategory.TUNNEL, f"tunnel '{tunnel.name}' deleted", tunnel_id=key))
 
     # ------------------------------------------------------------------ setup wizard (interop.md 3)
 

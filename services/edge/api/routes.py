@@ -415,3 +415,12 @@ async def ws_stats() -> Response | None:
     finally:
         service.snapshot_listeners.remove(mailbox.put)
     return None
+
+
+# --------------------------------------------------------------------------- tunnels (bare bodies)
+
+# Nested here so the app registers one blueprint; imported last because it takes ``edge`` and
+# ``guarded`` from this module.
+from services.edge.api.tunnels import bp as _tunnels_bp  # noqa: E402
+
+bp.register_blueprint(_tunnels_bp)
