@@ -3,7 +3,7 @@
 It composes the parts and owns nothing protocol-specific itself:
 
 - the tunnel table (``control.RelayTunnels``, sans-IO) and the QUIC plane around it
-  (``quic_relay.QuicRelay``, imported when the service starts; see :data:`QuicFactory`);
+  (``quic_relay.QuicRelay``; tests pass a stand-in through :data:`QuicFactory`);
 - the native UDP plane (``native_plane.NativePlane``) and its socket driver
   (``native_driver.NativeDriver``); a port that cannot be bound drops the ``udp-relay``
   capability and the relay runs with QUIC only (interop.md 9);
@@ -18,7 +18,6 @@ read them, so the three never disagree. What each counter counts is in ``docs/re
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import socket
@@ -105,23 +104,13 @@ QuicFactory = Callable[[RelayTunnels, bytes | None, bytes | None, Callable[[obje
 """``(tunnels, certificate_pem, private_key_pem, on_event) -> QuicPlane``."""
 
 
-def default_quic_factory() -> QuicFactory | None:
-    """``quic_relay.QuicRelay`` when that module is installed; None otherwise (QUIC off)."""
-    try:
-        module = importlib.import_module("services.relay.quic_relay")
-    except ModuleNotFoundError as exc:
-        if exc.name != "services.relay.quic_relay":
-            raise
-        return None
-    relay_class = module.QuicRelay
+def default_quic_factory(
+    tunnels: RelayTunnels, cert: bytes | None, key: bytes | None, on_event: Callable[[object], None]
+) -> QuicPlane:
+    """``quic_relay.QuicRelay`` on trio's clock, so the table's times and the service's agree."""
+    from services.relay.quic_relay import QuicRelay
 
-    def make(
-        tunnels: RelayTunnels, cert: bytes | None, key: bytes | None, on_event: Callable[[object], None]
-    ) -> QuicPlane:
-        plane: QuicPlane = relay_class(tunnels, certificate_pem=cert, private_key_pem=key, on_event=on_event)
-        return plane
-
-    return make
+    return QuicRelay(tunnels, certificate_pem=cert, private_key_pem=key, on_event=on_event, clock=trio.current_time)
 
 
 def _shown(host: str, port: int) -> str:
@@ -134,14 +123,6 @@ def _parse_tunnel_id(text: str) -> uuid.UUID:
         return uuid.UUID(text)
     except ValueError:
         raise errors.InvalidInput("invalid tunnel id: expected a UUID") from None
-
-
-_STATUS: Final[dict[TunnelStatus, str]] = {
-    TunnelStatus.READY: "active",
-    TunnelStatus.WAITING_INGRESS: "waiting_ingress",
-    TunnelStatus.WAITING_EGRESS: "waiting_egress",
-}
-"""The table's status → the interface's (relay interface §3: ``active`` with both legs)."""
 
 
 def _session_status(session: Session) -> str:
@@ -167,7 +148,7 @@ class RelayService:
         store: RelayConfigStore,
         *,
         version: str,
-        quic_factory: QuicFactory | Callable[[], QuicFactory | None] | None = default_quic_factory,
+        quic_factory: QuicFactory = default_quic_factory,
     ) -> None:
         self.store = store
         self.config: RelayConfig = store.config
@@ -205,20 +186,13 @@ class RelayService:
         config = self.config
         self.started_at = trio.current_time()
         self._link_down_since = self.started_at
-        factory = self._quic_factory
-        if factory is default_quic_factory:
-            factory = default_quic_factory()
         async with trio.open_nursery() as nursery:
-            if factory is None:
-                _log.warning("QUIC plane not installed (services/relay/quic_relay.py): running without QUIC")
-            else:
-                quic_factory: QuicFactory = factory  # type: ignore[assignment]
-                cert, key = self._tls_pair()
-                self.quic = quic_factory(self.tunnels, cert, key, self.on_quic_event)
-                sock = await _bind_udp(config.quic_addr)
-                name = sock.getsockname()
-                self.quic_bound = _shown(name[0], name[1])
-                await nursery.start(self.quic.serve, sock)
+            cert, key = self._tls_pair()
+            self.quic = self._quic_factory(self.tunnels, cert, key, self.on_quic_event)
+            sock = await _bind_udp(config.quic_addr)
+            name = sock.getsockname()
+            self.quic_bound = _shown(name[0], name[1])
+            await nursery.start(self.quic.serve, sock)
             if config.udp_relay_enabled:
                 try:
                     native_sock = bind_native_socket(config.udp_relay_addr)
@@ -413,7 +387,7 @@ class RelayService:
                 {
                     "tunnel_id": tunnel_id,
                     "protocol": entry.protocol,
-                    "status": _STATUS[entry.status],
+                    "status": entry.status.value,  # the interface's words (relay interface §3)
                     "ingress_edge_id": entry.ingress_edge_id,
                     "egress_edge_id": entry.egress_edge_id,
                     "ingress_remote_addr": entry.ingress.remote_addr if entry.ingress else None,

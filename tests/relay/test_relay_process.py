@@ -87,6 +87,7 @@ def test_starts_on_defaults_with_flags_and_stops_within_5_s_of_sigterm(tmp_path:
         health = httpx.get(relay.url + "/health", timeout=5).json()
         assert health["status"] == "ok" and "manager" not in health
         assert relay.udp.startswith("127.0.0.1:")  # the native plane is on (udp-relay)
+        assert relay.quic.startswith("127.0.0.1:")
         started = time.monotonic()
         relay.process.send_signal(signal.SIGTERM)
         code = relay.process.wait(10)
