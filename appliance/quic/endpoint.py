@@ -180,7 +180,13 @@ class QuicEndpoint:
             self._wake.set()
 
     def close(self, connection: ManagedConnection, error_code: int = 0, reason: str = "") -> None:
-        """Close one connection (CONNECTION_CLOSE is sent; the handler's last call follows)."""
+        """Close one connection (CONNECTION_CLOSE is sent; the handler's last call follows).
+
+        What is queued goes out first: a closing aioquic connection sends nothing but
+        CONNECTION_CLOSE, so a last message (``peer_auth_error``, ``tunnel_down``) would be lost."""
+        entry = self._entries.get(connection)
+        if entry is not None:
+            self._send(entry)
         connection.close(error_code=error_code, reason_phrase=reason)
         self.transmit(connection)
 
@@ -200,6 +206,7 @@ class QuicEndpoint:
                 entry.connection.close(error_code=0, reason_phrase="shutting down")
                 self._send(entry)
             self._sock.close()
+            self._trio_sock.close()  # the endpoint owns the socket it was given
 
     # ------------------------------------------------------------------ internals
     def _new_connection(self, configuration: QuicConfiguration, **kwargs: object) -> ManagedConnection:
