@@ -8,7 +8,8 @@ Which parameters complete is read off the Click tree, not listed here: an
 argument or option shown as `FLOW` completes flow ids (except in `create`,
 where FLOW is the new id), one shown as `OUTPUT` completes the output ids of the
 FLOW typed before it. So `mp flow show|start|stop|restart|delete|update`,
-`mp stats`, `mp events --flow` and `mp output list|add|remove` all complete.
+`mp stats`, `mp events --flow` and `mp output list|add|remove` all complete. One shown as
+`TUNNEL` completes tunnel ids (`mp tunnel show|delete`).
 
 The edge is asked with the same settings a command would use (--url, --token,
 client credentials, profile, environment), but each request waits at most
@@ -28,6 +29,7 @@ TIMEOUT_S: Final = 0.8
 
 FLOW_METAVAR: Final = "FLOW"
 OUTPUT_METAVAR: Final = "OUTPUT"
+TUNNEL_METAVAR: Final = "TUNNEL"
 
 
 def attach(command: Any) -> None:
@@ -37,6 +39,8 @@ def attach(command: Any) -> None:
             param._custom_shell_complete = complete_flow_ids
         elif param.metavar == OUTPUT_METAVAR:
             param._custom_shell_complete = complete_output_ids
+        elif param.metavar == TUNNEL_METAVAR:
+            param._custom_shell_complete = complete_tunnel_ids
     for sub in getattr(command, "commands", {}).values():
         attach(sub)
 
@@ -62,6 +66,16 @@ def complete_output_ids(ctx: Any, param: Any, incomplete: str) -> list[Any]:
     outputs = data.get("outputs") if isinstance(data, dict) else None
     return _items(
         ((o.get("id"), o.get("name")) for o in outputs or [] if isinstance(o, dict)),
+        incomplete,
+    )
+
+
+def complete_tunnel_ids(ctx: Any, param: Any, incomplete: str) -> list[Any]:
+    """The tunnel ids that start with `incomplete`, with the tunnel's name as help."""
+    data = _get(ctx, "/api/v1/tunnels")  # a bare body: {tunnels: [...]}
+    tunnels = data.get("tunnels") if isinstance(data, dict) else None
+    return _items(
+        ((t.get("id"), t.get("name")) for t in tunnels or [] if isinstance(t, dict)),
         incomplete,
     )
 

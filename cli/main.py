@@ -28,6 +28,7 @@ EPILOG = (
 COMMANDS: dict[str, tuple[str, str, bool]] = {
     "flow": ("cli.commands.flow", "app", True),
     "output": ("cli.commands.output", "app", True),
+    "tunnel": ("cli.commands.tunnel", "app", True),
     "stats": ("cli.commands.stats", "stats", False),
     "events": ("cli.commands.events", "events", False),
     "config": ("cli.commands.config", "app", True),

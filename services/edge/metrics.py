@@ -4,7 +4,9 @@ The collector reads the same ``StatsSnapshot`` as the JSON routes at scrape
 time; nothing in the data plane touches prometheus-client. The interface's per-flow series
 (edge interface §4, GET /metrics) appear only for running flows; the two one-hot series of
 flow state and health are there for every configured flow, so a flow that fails or stops can
-be seen and alerted on (docs/edge.md, Metrics).
+be seen and alerted on (docs/edge.md, Metrics). Tunnels (beyond the interface): a 0/1
+``tunnel_connected`` and a one-hot ``tunnel_state`` for every configured tunnel, and the
+tunnel worker's counters for every tunnel that is not ``Stopped``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from appliance.models.stats import TR101290_INDICATORS, TR101290_METRICS, FlowState, Health, StatsSnapshot
+from appliance.models.stats import (
+    TR101290_INDICATORS,
+    TR101290_METRICS,
+    FlowState,
+    Health,
+    StatsSnapshot,
+    TunnelState,
+)
 from services.edge.core.ts.tr101290 import DEFAULT_WINDOW_S
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -198,6 +207,46 @@ class EdgeCollector(Collector):
         yield from families
         yield video_info
         yield audio_info
+        yield from _tunnel_families(snap)
+
+
+# (counter field of TunnelCounters, metric name after ``tunnel_``, help)
+_TUNNEL_COUNTERS: Final = (
+    ("bytes_sent", "bytes_sent_total", "Payload bytes sent into the tunnel"),
+    ("bytes_received", "bytes_received_total", "Payload bytes received from the tunnel"),
+    ("datagrams_sent", "datagrams_sent_total", "Datagrams sent into the tunnel"),
+    ("datagrams_received", "datagrams_received_total", "Datagrams received from the tunnel"),
+    ("replayed", "replayed_total", "Received datagrams dropped as replays (interop.md 10)"),
+    ("decrypt_errors", "decrypt_errors_total", "Received datagrams that failed to decrypt (interop.md 10)"),
+    ("dropped", "dropped_total", "Datagrams dropped on a full queue"),
+    ("tcp_streams_total", "tcp_streams_total", "TCP connections carried"),
+)
+
+
+def _tunnel_families(snap: StatsSnapshot) -> Iterable[Metric]:
+    """Per-tunnel series: state for every configured tunnel, counters while not ``Stopped``."""
+    label = ["tunnel_id"]
+    connected = GaugeMetricFamily(P + "tunnel_connected", "1 while the tunnel is Connected, else 0", labels=label)
+    state = GaugeMetricFamily(
+        P + "tunnel_state", "Tunnel state: 1 for the current state, 0 for the others", labels=["tunnel_id", "state"]
+    )
+    active = GaugeMetricFamily(P + "tunnel_tcp_streams_active", "TCP connections open now", labels=label)
+    counters = [(field, *_counter(P + "tunnel_" + name, doc, label)) for field, name, doc in _TUNNEL_COUNTERS]
+    for tunnel in snap.tunnels:
+        connected.add_metric([tunnel.id], 1.0 if tunnel.state is TunnelState.CONNECTED else 0.0)
+        for value in TunnelState:
+            state.add_metric([tunnel.id, value.value], 1.0 if tunnel.state is value else 0.0)
+        if tunnel.state is TunnelState.STOPPED:
+            continue
+        values = tunnel.stats.model_dump()
+        for field, _, add in counters:
+            add([tunnel.id], values[field])
+        active.add_metric([tunnel.id], tunnel.stats.tcp_streams_active)
+    yield connected
+    yield state
+    yield active
+    for _, metric, _ in counters:
+        yield metric
 
 
 class EdgeMetrics:

@@ -202,3 +202,32 @@ async def test_enabled_tunnels_start_at_boot_and_secrets_survive_a_restart(tmp_p
             assert (tmp_path / "fake" / f"{body['id']}.secret").read_text() == KEY  # from secrets.json
             assert runs(tmp_path, str(off["id"])) == 0
             assert api.service.tunnel(str(off["id"])).state is TunnelState.STOPPED
+
+
+async def test_metrics_per_tunnel(api: Api) -> None:
+    running, spare = relay_tunnel("Running"), relay_tunnel("Spare", enabled=False)
+    for body in (running, spare):
+        assert (await api.call("POST", "/api/v1/tunnels", body))[0] == 201
+    (api.tmp_path / "fake" / f"{running['id']}.state").write_text("Connected")
+    tid = str(running["id"])
+    await until(lambda: api.service.tunnel(tid).stats.bytes_sent > 0, "Connected with counters")
+    response = await api.client.get("/metrics")
+    text = (await response.get_data()).decode()
+
+    def value(name: str, labels: str) -> float:
+        prefix = f"{name}{{{labels}}} "
+        lines = [line for line in text.splitlines() if line.startswith(prefix)]
+        assert len(lines) == 1, (prefix, lines)
+        return float(lines[0].removeprefix(prefix))
+
+    run, off = f'tunnel_id="{tid}"', f'tunnel_id="{spare["id"]}"'
+    assert value("mediaplane_edge_tunnel_connected", run) == 1.0
+    assert value("mediaplane_edge_tunnel_connected", off) == 0.0
+    assert value("mediaplane_edge_tunnel_state", 'state="Connected",' + run) == 1.0
+    assert value("mediaplane_edge_tunnel_state", 'state="Stopped",' + off) == 1.0
+    assert value("mediaplane_edge_tunnel_bytes_sent_total", run) > 0
+    assert value("mediaplane_edge_tunnel_bytes_received_total", run) > 0
+    assert value("mediaplane_edge_tunnel_replayed_total", run) == 3.0
+    assert value("mediaplane_edge_tunnel_decrypt_errors_total", run) == 2.0
+    assert "# TYPE mediaplane_edge_tunnel_bytes_sent_total counter" in text
+    assert f"mediaplane_edge_tunnel_bytes_sent_total{{{off}}}" not in text  # no counters while Stopped
