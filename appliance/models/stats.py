@@ -335,11 +335,15 @@ class TunnelSummary(_Stats):
 
 
 class StatsSnapshot(_Stats):
-    """``data`` of ``GET /api/v1/stats`` (``tunnels`` is beyond the interface)."""
+    """``data`` of ``GET /api/v1/stats``.
+
+    ``tunnels`` rides along for the manager ``stats`` payload and Prometheus but is left out
+    of every dump, so the route's ``data`` stays ``{system, flows}`` as the interface says
+    (``GET /api/v1/tunnels`` serves the summaries)."""
 
     system: SystemStats
     flows: list[FlowStats]
-    tunnels: list[TunnelSummary] = Field(default_factory=list)
+    tunnels: list[TunnelSummary] = Field(default_factory=list, exclude=True)
 
 
 class HealthStatus(_Stats):

@@ -120,9 +120,11 @@ async def test_create_list_show_and_delete_with_auth_off(api: Api) -> None:
     status, config = await api.call("GET", "/api/v1/config")
     assert status == 200 and "tunnel_encryption_key" not in json.dumps(config)
 
-    # The stats snapshot carries the tunnels (GET /api/v1/stats, the manager's stats payload).
+    # The stats snapshot carries the tunnels (for the manager's stats payload and Prometheus);
+    # GET /api/v1/stats keeps the interface's {system, flows}.
+    assert [t.id for t in api.service.snapshot().tunnels] == [tunnel_id]
     status, stats = await api.call("GET", "/api/v1/stats")
-    assert [t["id"] for t in stats["data"]["tunnels"]] == [tunnel_id]
+    assert status == 200 and set(stats["data"]) == {"system", "flows"}
 
     assert await api.call("DELETE", f"/api/v1/tunnels/{tunnel_id}") == (200, {"status": "deleted"})
     assert await api.call("GET", "/api/v1/tunnels") == (200, {"tunnels": []})
