@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ from appliance.manager_client import ALLOW_INSECURE_ENV, ManagerClient
 from appliance.models.config import ManagerConfig, split_host_port
 from appliance.models.manager_link import LinkState
 from appliance.protocol import EventPayload
+from appliance.quic import open_udp_socket
 from appliance.relayproto import BindAuthorization, bind_allowed
 from services.relay.config import RelayConfig, RelayConfigStore
 from services.relay.control import (
@@ -519,12 +519,6 @@ class RelayService:
 
 
 async def _bind_udp(address: str) -> trio.socket.SocketType:
+    """The QUIC socket, with the 2 MB send and receive buffers of the relay spec (section 8)."""
     host, port = split_host_port(address)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = trio.socket.socket(family, socket.SOCK_DGRAM)
-    try:
-        await sock.bind((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    return open_udp_socket((host.strip("[]"), port))

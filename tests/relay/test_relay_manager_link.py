@@ -24,7 +24,7 @@ from appliance.relayproto import BindAuthorization
 from services.relay.native_plane import Register, decode_ack, encode_register
 from tests.helpers.edge import wait_for
 from tests.helpers.manager import Manager, login, manager_fingerprint, setup_super_admin, start_manager
-from tests.relay.test_relay_process import LOOPBACK, Relay, start_relay
+from tests.helpers.relay import LOOPBACK, Relay, start_relay
 
 pytestmark = pytest.mark.e2e
 
