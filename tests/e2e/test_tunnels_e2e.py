@@ -193,13 +193,11 @@ def edge_pair(tmp_path: Path, protocol: str, egress: dict[str, Any], ingress: di
     config_a = {
         "version": 1,
         "server": SERVER,
-        "server": SERVER,
         "flows": [rtp_flow("cam", a_input, entry)],
         "tunnels": [tunnel_body(tunnel_id, "egress", protocol, f"127.0.0.1:{entry}", **egress)],
     }
     config_b = {
         "version": 1,
-        "server": SERVER,
         "server": SERVER,
         "flows": [rtp_flow("cam-b", b_input, sink_port)],
         "tunnels": [tunnel_body(tunnel_id, "ingress", protocol, f"127.0.0.1:{b_input}", **ingress)],

@@ -59,6 +59,16 @@ from appliance.relayproto import (
 )
 from appliance.relayproto.direct import DirectDialler, DirectListener, DirectStep, PeerAuthenticated, PeerRejected
 from appliance.relayproto.messages import PingMessage, PongMessage, decode, encode
+from appliance.relayproto.native import (
+    EDGE_DEAD_AFTER_S,
+    EDGE_REGISTER_INTERVAL_S,
+    EDGE_RETRY_INTERVAL_S,
+    NIL_PREFIX,
+    ControlError,
+    Register,
+    decode_ack,
+    encode_register,
+)
 from appliance.relayproto.session import (
     EdgeRelaySession,
     HelloAcknowledged,
@@ -69,16 +79,6 @@ from appliance.relayproto.session import (
 )
 from appliance.tunnel.payload import Side, TunnelReceiver, TunnelSender, parse_key
 from appliance.tunnel.stream import StreamBroken, StreamOpener, StreamSealer
-from services.relay.native_plane import (
-    EDGE_DEAD_AFTER_S,
-    EDGE_REGISTER_INTERVAL_S,
-    EDGE_RETRY_INTERVAL_S,
-    NIL_PREFIX,
-    ControlError,
-    Register,
-    decode_ack,
-    encode_register,
-)
 
 __all__ = ["STREAM_WINDOW", "TunnelCounters", "TunnelRunner", "TunnelStateName"]
 
