@@ -185,8 +185,10 @@ class TunnelSupervisor:
         self._down = True
         self.restarts += 1
         self._reports.clear()
-        lost = sorted(self._wanted)
-        self._lost.update(lost)
+        # One event per tunnel and outage: a tunnel still waiting from an earlier death (a worker
+        # that died again before it was ready) is Failed already.
+        lost = sorted(set(self._wanted) - self._lost)
+        self._lost.update(self._wanted)
         _log.error("tunnel worker exited (status %s); restarting it", process.returncode)
         for tunnel_id in lost:
             tunnel = self._wanted[tunnel_id].tunnel
