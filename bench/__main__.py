@@ -14,10 +14,13 @@ Scenarios (bench/README.md says how each is measured):
 After the table, the fleet manager benchmark (``bench/manager.py``: simulated nodes over WSS
 against one ``mp-manager``, 500 to 5,000 nodes, command round trip p50/p99, RSS per node) prints
 its own table; ``--no-manager`` skips it, ``--manager-only`` runs only it, and ``--only`` leaves
-it out.
+it out. Then the relay benchmark (``bench/relay.py``: UDP through one QUIC tunnel, egress
+TunnelRunner -> mp-relay -> ingress TunnelRunner, and the relay's native UDP plane against socat)
+prints its table; ``--no-relay`` skips it, ``--relay-only`` runs only it, ``--only`` leaves it out.
 
-``--quick`` runs each scenario for about a second and the manager benchmark with 20 nodes (the
-smoke test uses it: its figures mean nothing). Every load loop is bounded in count and time; all
+``--quick`` runs each scenario for about a second, the manager benchmark with 20 nodes and the
+relay benchmark with one half-second step per target (the smoke test uses it: its figures mean
+nothing). Every load loop is bounded in count and time; all
 traffic stays on 127.0.0.1. The table goes to stdout, progress to stderr.
 """
 
@@ -81,8 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy step in scenarios 1 and 2")
     parser.add_argument("--no-manager", action="store_true", help="skip the fleet manager benchmark (bench/manager.py)")
     parser.add_argument("--manager-only", action="store_true", help="run only the fleet manager benchmark")
+    parser.add_argument("--no-relay", action="store_true", help="skip the relay benchmark (bench/relay.py)")
+    parser.add_argument("--relay-only", action="store_true", help="run only the relay benchmark")
     args = parser.parse_args(argv)
-    with_manager = not args.no_manager and (args.manager_only or not args.only)
+    with_manager = not args.no_manager and not args.relay_only and (args.manager_only or not args.only)
+    with_relay = not args.no_relay and not args.manager_only and (args.relay_only or not args.only)
+    only_other = args.manager_only or args.relay_only
 
     with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
         workdir = args.keep or Path(tmp)
@@ -97,16 +104,19 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             if args.quick:
                 opts.shared_edge = stack.enter_context(start_edge(workdir, "shared"))
-            for number in [] if args.manager_only else args.only or sorted(SCENARIOS):
+            for number in [] if only_other else args.only or sorted(SCENARIOS):
                 title, run = SCENARIOS[number]
                 rows += _run_one(number, title, run, opts)
         manager_ok = _run_manager(args.quick, workdir, opts.record) if with_manager else True
+        relay_ok = _run_relay(args.quick, workdir, opts.record) if with_relay else True
         elapsed = time.monotonic() - started
         load_after = load_average()
-        if rows or not args.manager_only:
+        if rows or not only_other:
             print(render(rows))
         if "manager" in opts.record:
             print(opts.record["manager"].pop("text"))
+        if "relay" in opts.record:
+            print(opts.record["relay"].pop("text"))
         print(
             f"run took {elapsed:.0f} s; load average (1/5/15 min) {load_before} at the start, {load_after} at the end;"
             f" {os.cpu_count()} CPUs. Ratios = mediaplane / peer, measured alternately in this run."
@@ -120,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.json:
             dump_json(args.json, opts.record)
-    return 0 if manager_ok and all(r.ours != "failed" for r in rows) else 1
+    return 0 if manager_ok and relay_ok and all(r.ours != "failed" for r in rows) else 1
 
 
 def _run_manager(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
@@ -143,6 +153,26 @@ def _run_manager(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
     finally:
         log(f"--- fleet manager benchmark took {time.monotonic() - started:.0f} s")
     return True
+
+
+def _run_relay(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
+    """``bench.relay`` (full or ``--quick``); its table and figures go into ``record["relay"]``.
+    False when a measurement broke (traceback on stderr), never for a goal not met."""
+    from bench import relay as relay_bench
+
+    log(f"--- relay benchmark (load average {load_average()})")
+    started = time.monotonic()
+    try:
+        (workdir / "relay").mkdir(parents=True, exist_ok=True)
+        result = relay_bench.run(relay_bench.options(quick, workdir / "relay"), workdir / "relay")
+        record["relay"] = result
+        return not result["failed"]
+    except Exception:  # the tables above must still print
+        traceback.print_exc(file=sys.stderr)
+        record["relay"] = {"text": "relay benchmark: failed (see stderr)"}
+        return False
+    finally:
+        log(f"--- relay benchmark took {time.monotonic() - started:.0f} s")
 
 
 def _run_one(number: int, title: str, run: Callable[[Options], list[Row]], opts: Options) -> list[Row]:

@@ -8,6 +8,8 @@ counters; see ``tsgen``) with a probe (packet index, send time) in the last one 
 ``--no-probe``. ``--raw-ts``
 sends the 1316-byte TS payload without the RTP header. Paced to ``pps`` in bursts of ``batch``
 datagrams (default about one burst per millisecond); bounded by ``--seconds`` and ``--count``.
+A library caller can put fixed ``prefix`` bytes before every datagram (the relay's native plane
+wants ``[16-byte tunnel uuid][payload]``, interop.md 9); they are written once per reusable slot.
 
 Library::
 
@@ -81,6 +83,7 @@ class RtpGenerator:
         sock: socket.socket | None = None,
         bind: tuple[str, int] | None = None,
         dscp: int | None = None,
+        prefix: bytes = b"",
     ) -> None:
         if pps <= 0:
             raise ValueError("pps must be positive")
@@ -106,9 +109,11 @@ class RtpGenerator:
         self.sock = sock
         self._sender = BatchSender(sock)
         header = 0 if raw_ts else RTP_FIXED_HEADER_LEN
+        self.prefix = bytes(prefix)
         self._header = header
-        self._size = header + TS_PAYLOAD_SIZE
-        self._slots = [bytearray(self._size) for _ in range(self.batch)]
+        self._offset = len(self.prefix)  # where the RTP header (or the raw TS) starts in a slot
+        self._size = self._offset + header + TS_PAYLOAD_SIZE
+        self._slots = [bytearray(self.prefix) + bytearray(self._size - self._offset) for _ in range(self.batch)]
         self._views = [memoryview(slot) for slot in self._slots]
         self._ts = TsPayloadWriter(probe=probe)
         self._built = 0  # datagrams built (== their packet index)
@@ -130,7 +135,7 @@ class RtpGenerator:
 
     def _build(self, n: int) -> list[memoryview]:
         send_ns = time.time_ns()
-        header, first_sequence, ssrc = self._header, self.first_sequence, self.ssrc
+        header, first_sequence, ssrc, offset = self._header, self.first_sequence, self.ssrc, self._offset
         for k in range(n):
             index = self._built + k
             slot = self._slots[k]
@@ -138,14 +143,14 @@ class RtpGenerator:
             if header:  # services.edge.core.rtp.build_rtp_header, inlined: it is the hot loop
                 _RTP.pack_into(
                     slot,
-                    0,
+                    offset,
                     0x80,
                     PT_MP2T,
                     (first_sequence + index) & 0xFFFF,
                     int(media_s * RTP_CLOCK_HZ) & 0xFFFFFFFF,
                     ssrc,
                 )
-            self._ts.write(slot, header, media_s, index, send_ns)
+            self._ts.write(slot, offset + header, media_s, index, send_ns)
         self._built += n
         return self._views[:n]
 

@@ -7,7 +7,9 @@ expected minus unique received at the end (late arrivals are reordered, not lost
 ``duplicated`` is a sequence number seen again within the last 32768. ``ts`` mode (raw UDP TS
 outputs) counts by TS continuity counters per PID (ISO/IEC 13818-1 §2.4.3.3: one repeat is a
 legal duplicate; a gap counts the missing TS packets). Both read the ``rtpgen`` probe when
-present: latency = kernel receive time - embedded send time (same host clock).
+present: latency = kernel receive time - embedded send time (same host clock). A library caller
+can give ``skip``: bytes ignored at the start of every datagram (the native relay plane's 16-byte
+tunnel uuid, interop.md 9) before the RTP header or the TS.
 
 Library::
 
@@ -132,8 +134,9 @@ class RtpSink:
 
     ``idle``: stop once nothing arrived for this long after the first datagram. ``mode``:
     ``"rtp"`` or ``"ts"``; ``check_cc`` runs the TS continuity check in ``rtp`` mode too
-    (costs ~2 µs per datagram). The receive buffer is 32 MiB, so the sink is not the bottleneck
-    in a loss measurement (check ``RcvbufErrors`` anyway).
+    (costs ~2 µs per datagram). ``skip``: bytes ignored at the start of each datagram. The
+    receive buffer is 32 MiB, so the sink is not the bottleneck in a loss measurement (check
+    ``RcvbufErrors`` anyway).
     """
 
     def __init__(
@@ -147,7 +150,10 @@ class RtpSink:
         check_cc: bool = False,
         latency: bool = True,
         sock: socket.socket | None = None,
+        skip: int = 0,
     ) -> None:
+        if skip < 0:
+            raise ValueError("skip must not be negative")
         if mode not in ("rtp", "ts"):
             raise ValueError(f"mode must be 'rtp' or 'ts', got {mode!r}")
         self._own_socket = sock is None
@@ -165,6 +171,7 @@ class RtpSink:
         self.mode = mode
         self.check_cc = check_cc or mode == "ts"
         self.latency = latency
+        self.skip = skip
         self.sequence = SequenceCounter()
         self.continuity = ContinuityCounter()
         self.not_rtp = 0
@@ -190,6 +197,8 @@ class RtpSink:
         """Count one datagram (the sans-IO entry point; the drivers below call it)."""
         self.datagrams += 1
         self.bytes += len(datagram)
+        if self.skip:
+            datagram = datagram[self.skip :]
         if self.mode == "rtp":
             if len(datagram) >= 12 and datagram[0] == 0x80:  # V=2 without P, X, CSRC: the usual case
                 self.sequence.feed((datagram[2] << 8) | datagram[3])
