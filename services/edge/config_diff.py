@@ -30,8 +30,7 @@ The rules, and why:
 - Comparison is by value (``model_dump``): an explicit default equals an omitted one,
   and secrets (``SecretStr``) compare by their value.
 - **Tunnels** are matched by id too: added, removed or changed (any field, secrets
-  included). The edge does not run tunnels yet; the plan lists them for the events and
-  for the day it does.
+  included); the service starts, stops or restarts them in the tunnel worker.
 """
 
 from __future__ import annotations
