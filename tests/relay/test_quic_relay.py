@@ -199,3 +199,56 @@ async def test_close_tunnel_and_disconnect_edge() -> None:
         edge_id = relay.edges()[0][0]
         assert relay.disconnect_edge(edge_id)
         assert len(relay.edges()) == 1
+
+
+async def test_a_slow_sink_holds_the_source_back() -> None:
+    """TCP backpressure (issue 16): the sink never reads, so its stream window stays shut; the
+    relay stops crediting the source once its own send buffer is full, and the bytes waiting in
+    the relay stay bounded while the source's pile up at the source."""
+    async with relay_and_edges() as (relay, source, sink):
+        original = sink.quic_event
+
+        def never_read(event: events.QuicEvent) -> None:
+            if isinstance(event, events.StreamDataReceived) and event.stream_id not in sink.streams:
+                sink.connection.control_stream_window(event.stream_id, 64 * 1024)  # and never consume
+            original(event)
+
+        sink.quic_event = never_read  # type: ignore[method-assign]
+        await bind(source, "egress", "tcp")
+        await bind(sink, "ingress", "tcp")
+        await source.wait(lambda: "tunnel_ready" in source.types())
+        stream = source.connection.get_next_available_stream_id()
+        header = StreamHeader(tunnel_id=TUNNEL, stream_type="tcp", stream_nonce="22" * 16)
+        total = 16 * 1024 * 1024
+        source.connection.send_stream_data(stream, encode_stream_header(header) + bytes(total))
+        source.endpoint.transmit(source.connection)
+        await sink.wait(lambda: bool(sink.streams))
+
+        def relay_buffered() -> int:
+            links = list(relay._links.values())
+            return sum(link.connection.send_buffered(sid) for link in links for sid in link.pipes)
+
+        with trio.fail_after(10):  # the flow settles: the source stops being credited
+            previous = -1
+            while (now := source.connection.send_buffered(stream)) != previous:
+                previous = now
+                await trio.sleep(0.2)
+        assert source.connection.send_buffered(stream) > total - 4 * 1024 * 1024  # most still at the source
+        assert relay_buffered() < 4 * 1024 * 1024  # the relay holds a bounded amount
+        assert sum(len(b) for b in sink.streams.values()) <= 1024 * 1024 + 64 * 1024
+
+
+async def test_connections_beyond_the_per_ip_limit_are_refused() -> None:
+    tunnels = RelayTunnels(software_version="test", max_connections_per_ip=1)
+    relay = QuicRelay(tunnels)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(relay.serve, open_udp_socket(("127.0.0.1", 0)))
+        edges = []
+        for _ in range(2):
+            endpoint = QuicEndpoint(open_udp_socket(("127.0.0.1", 0)))
+            await nursery.start(endpoint.run)
+            edges.append(FakeEdge(endpoint, relay.local_address))
+        await edges[1].wait(lambda: edges[1].terminated)
+        assert not edges[0].terminated
+        assert relay.tunnels.counters.connections_refused == 1
+        nursery.cancel_scope.cancel()
