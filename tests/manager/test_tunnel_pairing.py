@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 from pydantic import SecretStr
 
 from appliance.protocol import CommandReceived, DeviceType, NodeCredentials, wire_action
@@ -283,6 +284,51 @@ async def test_a_failed_sink_edge_revokes_the_relay_and_a_failed_relay_stops_at_
         assert r.json() == {"error": f"relay {f.relay_id}: authorize_tunnel failed: not allowed"}
         assert f.order == [("relay", "authorize_tunnel")]
         remember_secrets(*sent(f.relay, "authorize_tunnel"))
+
+
+async def test_a_step_that_times_out_is_504_and_undone_too(manager: Manager) -> None:
+    """The source never acks its create_tunnel: 504 after the hub's 10 s; it may have applied
+    it, so it gets delete_tunnel as well as the sink, and the relay revoke_tunnel."""
+    async with client_as(manager) as root, fleet(manager, root) as f:
+        f.source.replies["create_tunnel"] = None
+        r = await root.post("/api/v1/tunnels", json=relay_body(f))
+        assert r.status_code == 504, r.text
+        assert r.json() == {
+            "error": f"source edge {f.source_id}: create_tunnel failed: Node did not answer within the timeout"
+        }
+        [sink_tunnel] = [a["tunnel"] for a in sent(f.sink, "create_tunnel")]
+        remember_secrets(sink_tunnel, *sent(f.relay, "authorize_tunnel"))
+        assert f.order == [
+            ("relay", "authorize_tunnel"),
+            ("sink", "create_tunnel"),
+            ("source", "create_tunnel"),
+            ("source", "delete_tunnel"),
+            ("sink", "delete_tunnel"),
+            ("relay", "revoke_tunnel"),
+        ]
+        assert sent(f.source, "delete_tunnel") == [{"type": "delete_tunnel", "tunnel_id": sink_tunnel["id"]}]
+
+
+async def test_a_client_that_goes_away_mid_pairing_leaves_nothing_behind(manager: Manager) -> None:
+    """The source holds its ack; the client gives up after 2 s and closes the connection, which
+    cancels the route: the steps done and the one in flight are undone all the same."""
+    async with client_as(manager) as root, fleet(manager, root) as f:
+        f.source.replies["create_tunnel"] = None
+        with pytest.raises(httpx.TimeoutException):
+            await root.post("/api/v1/tunnels", json=relay_body(f), timeout=2)
+        expected = [
+            ("relay", "authorize_tunnel"),
+            ("sink", "create_tunnel"),
+            ("source", "create_tunnel"),
+            ("source", "delete_tunnel"),
+            ("sink", "delete_tunnel"),
+            ("relay", "revoke_tunnel"),
+        ]
+        with trio.fail_after(5):  # well before the hub's 10 s timeout would have ended the step
+            while len(f.order) < len(expected):
+                await trio.sleep(0.05)
+        assert f.order == expected
+        remember_secrets(*sent(f.relay, "authorize_tunnel"), *[a["tunnel"] for a in sent(f.sink, "create_tunnel")])
 
 
 async def test_a_node_not_connected_is_502_before_anything_is_sent(manager: Manager) -> None:

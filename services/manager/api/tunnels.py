@@ -16,8 +16,10 @@ interop.md 2.6: the manager's "ingress node" is the source and gets ``direction:
 When a step fails, the steps done are undone in reverse order (``delete_tunnel`` on an edge,
 ``revoke_tunnel`` on the relay), the step that timed out included (its node may have applied it),
 and the answer is the failing step's error: 502 (not connected), 504 (no ack in 10 s) or 422 (the
-node's text), prefixed with the step and the node it failed on. Success is 201 with the tunnel's
-public fields; no answer, event or log line carries a key, a secret or a token.
+node's text), prefixed with the step and the node it failed on. A request cancelled mid-way
+(the client went away) undoes the steps done and the one in flight, shielded and bounded. Success
+is 201 with the tunnel's public fields; no answer, event or log line carries a key, a secret or a
+token.
 
 Checks follow interop.md 13: 401 → 403 CSRF → 403 role (operator+, the guard) → 403 node access
 (every node named, read from the raw body before it is validated) → 413 (the app's body cap) →
@@ -55,8 +57,8 @@ _log = logging.getLogger("mediaplane.manager.tunnels")
 
 NODE_FIELDS: Final = ("ingress_node_id", "egress_node_id", "relay_node_id")
 """The body's node references; the caller must have access to each one given."""
-UNDO_LIMIT_S: Final = 60.0
-"""The rollback's bound: each undo step is itself bounded by the hub's command timeout."""
+UNDO_LIMIT_S: Final = 35.0
+"""The rollback's bound (at most three undo steps, each bounded by the hub's 10 s command timeout)."""
 
 
 # --------------------------------------------------------------------------- the body
@@ -215,8 +217,13 @@ async def _step(node_id: uuid.UUID, role: str, action: dict[str, Any]) -> None:
 
 
 async def _undo(steps: list[tuple[uuid.UUID, str, dict[str, Any]]], tunnel_id: str) -> None:
-    """Runs the undo actions, newest first; a failure is logged and the rest still run."""
-    with trio.move_on_after(UNDO_LIMIT_S):
+    """Runs the undo actions, newest first; a failure is logged and the rest still run.
+
+    Shielded, so that a cancelled request (the client went away) still cleans up; bounded by
+    :data:`UNDO_LIMIT_S`. When the manager stops, the node sockets close and every waiting
+    command ends at once (502), so this does not hold up the shutdown.
+    """
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + UNDO_LIMIT_S):
         for node_id, role, action in reversed(steps):
             try:
                 await node_hub().send_command(node_id, action)
@@ -256,6 +263,14 @@ async def _pair(body: TunnelCreate, tunnel_id: str, keys: _Secrets) -> None:
                 done.append((node_id, role, undo))
             await _undo(done, tunnel_id)
             raise failed.error from None
+        except BaseException:
+            # Cancelled (the client went away, the manager is stopping) or a bug: the step in
+            # flight may have been applied, so it is undone with the others.
+            _log.warning(
+                "tunnel %s: pairing interrupted at the %s step (%s %s)", tunnel_id, action["type"], role, node_id
+            )
+            await _undo([*done, (node_id, role, undo)], tunnel_id)
+            raise
         done.append((node_id, role, undo))
 
 
@@ -276,10 +291,7 @@ async def create_tunnel() -> Response:
         bind_secret=_new_secret() if relay else None,
         psk=None if relay else _new_secret(),
     )
-    # Shielded: a client that goes away must not leave a half-paired tunnel behind; every
-    # step is bounded by the hub's command timeout, the rollback by UNDO_LIMIT_S.
-    with trio.CancelScope(shield=True):
-        await _pair(body, tunnel_id, keys)
+    await _pair(body, tunnel_id, keys)
 
     public: dict[str, Any] = {
         "id": tunnel_id,
