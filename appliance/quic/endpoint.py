@@ -46,6 +46,7 @@ from aioquic.quic.packet import (
     pull_quic_header,
 )
 
+from appliance.netio.sockopts import set_socket_buffers
 from appliance.quic.connection import ManagedConnection
 
 __all__ = [
@@ -110,11 +111,7 @@ def open_udp_socket(
     try:
         if reuse_port:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, force, buffer_bytes)
-            except OSError:
-                sock.setsockopt(socket.SOL_SOCKET, plain, buffer_bytes)
+        set_socket_buffers(sock, rcvbuf=buffer_bytes, sndbuf=buffer_bytes)
         sock.bind(address)  # a literal address: no name lookup blocks here
     except BaseException:
         sock.close()

@@ -276,3 +276,54 @@ class _Forward:
 
     def started(self, value: object = None) -> None:
         self.status.started(self.scope)
+
+
+async def test_a_tampered_tcp_chunk_resets_both_tcp_connections() -> None:
+    """interop.md 10: an authentication failure on a TCP stream resets both TCP connections. The
+    relay here flips one bit of the sealed bytes after the stream header."""
+    tunnel_id = str(uuid.uuid4())
+    entry_port, target_port = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_STREAM)
+    target_outcome: list[str] = []
+
+    async def target(stream: trio.SocketStream) -> None:
+        try:
+            while await stream.receive_some(65536):
+                pass
+            target_outcome.append("eof")
+        except trio.BrokenResourceError:
+            target_outcome.append("reset")
+
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(target_port, host="127.0.0.1")
+        nursery.start_soon(trio.serve_listeners, target, listeners)
+        async with relay() as quic:
+            original = quic._pipe_data
+            flipped: list[bool] = []
+
+            def tamper(pipe: Any, side: Any, data: bytes, end_stream: bool) -> None:
+                if pipe.decoder is None and data and not flipped:
+                    data = bytes([data[0] ^ 0x01]) + data[1:]
+                    flipped.append(True)
+                original(pipe, side, data, end_stream)
+
+            quic._pipe_data = tamper  # type: ignore[method-assign]
+            common: dict[str, Any] = {
+                "mode": "relay",
+                "relay_addr": f"127.0.0.1:{quic.local_address[1]}",
+                "tunnel_encryption_key": KEY,
+            }
+            egress = tunnel(tunnel_id, "egress", "tcp", f"127.0.0.1:{entry_port}", **common)
+            ingress = tunnel(tunnel_id, "ingress", "tcp", f"127.0.0.1:{target_port}", **common)
+            async with running(ingress, egress) as (_runners, logs):
+                await logs[1].wait("Connected")
+                client = await trio.open_tcp_stream("127.0.0.1", entry_port)
+                with trio.fail_after(15):
+                    await client.send_all(os.urandom(200_000))
+                    with pytest.raises(trio.BrokenResourceError):
+                        while await client.receive_some(65536):
+                            pass
+                    while not target_outcome:
+                        await trio.sleep(0.01)
+                await client.aclose()
+                assert flipped and target_outcome == ["reset"]
+        nursery.cancel_scope.cancel()
