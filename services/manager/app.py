@@ -23,7 +23,7 @@ from quart_trio import QuartTrio
 
 from appliance.http.app import create_app
 from appliance.http.envelope import bare_fail, json_response
-from services.manager.api import register_api, tunnels
+from services.manager.api import register_api
 from services.manager.service import SERVICE_CONFIG_KEY, SERVICE_NAME, ManagerService
 from services.manager.settings import TlsMode
 
@@ -48,7 +48,6 @@ def build_app(service: ManagerService) -> QuartTrio:
     app.asgi_app = with_security_headers(app.asgi_app, headers)  # type: ignore[method-assign,assignment]
     app.register_blueprint(bp)
     register_api(app)
-    app.register_blueprint(tunnels.bp)  # POST /api/v1/tunnels (behind register_api's guard)
     return app
 
 

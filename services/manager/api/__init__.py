@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from quart_trio import QuartTrio
 
-from services.manager.api import ai, auth_routes, dashboard_ws, events, export, nodes, settings, users
+from services.manager.api import ai, auth_routes, dashboard_ws, events, export, nodes, settings, tunnels, users
 
 __all__ = ["register_api"]
 
@@ -23,6 +23,7 @@ def register_api(app: QuartTrio) -> None:
     app.register_blueprint(export.bp)
     app.register_blueprint(ai.bp)
     app.register_blueprint(nodes.bp)
+    app.register_blueprint(tunnels.bp)  # POST /api/v1/tunnels: the manager pairs a tunnel
     app.register_blueprint(dashboard_ws.bp)  # /ws/dashboard (its own session check, before the upgrade)
     # The guard runs first: the shared bootstrap's body reader (which answers 413) comes after.
     app.before_request_funcs.setdefault(None, []).insert(0, auth_routes.guard_request)
