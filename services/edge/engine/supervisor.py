@@ -9,11 +9,9 @@ worker is started.
 
 from __future__ import annotations
 
-import itertools
+import functools
 import logging
 import os
-import socket
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -24,12 +22,17 @@ from pydantic import ValidationError
 from appliance.models.config import FlowConfig, OutputConfig
 from appliance.models.events import Event
 from appliance.models.stats import FlowCounters
-from services.edge.engine.ipc import MessageStream
+from services.edge.engine.ipc import WorkerLinkError, WorkerProcess, terminate
 
 COMMAND_TIMEOUT_S: Final = 10.0
 RESPAWN_DELAY_S: Final = 0.5
 WORKER_READY_TIMEOUT_S: Final = 120.0  # imports under qemu TCG on a loaded host took minutes
 _log = logging.getLogger("mediaplane.engine")
+_LINK_ERRORS: Final = {
+    "restarting": "engine worker is restarting; try again",
+    "unreachable": "engine worker is not reachable",
+    "no_answer": "engine did not answer",
+}
 
 
 class EngineError(Exception):
@@ -62,19 +65,14 @@ def cpu_plan(workers: int, cpus: list[int] | None = None) -> tuple[list[int] | N
 
 
 @dataclass
-class _Pending:
-    done: trio.Event = field(default_factory=trio.Event)
-    reply: dict[str, Any] | None = None
-
-
-@dataclass
 class _Worker:
     index: int
-    process: trio.Process
-    link: MessageStream
+    proc: WorkerProcess
     flows: set[str] = field(default_factory=set)
-    pending: dict[int, _Pending] = field(default_factory=dict)
-    alive: bool = True
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.alive
 
 
 StatsCallback = Callable[[dict[str, FlowCounters]], None]
@@ -113,7 +111,6 @@ class Engine:
         self._log_level = log_level
         self._workers: list[_Worker | None] = [None] * workers
         self._flow_worker: dict[str, int] = {}
-        self._ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
         self._ready = trio.Event()
 
@@ -134,91 +131,58 @@ class Engine:
     async def _keep_worker(self, index: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         first = True
         while True:
-            parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                process = await trio.lowlevel.open_process(
-                    [
-                        sys.executable,
-                        "-m",
-                        "services.edge.engine.worker",
-                        "--fd",
-                        str(child.fileno()),
-                        "--worker-id",
-                        str(index),
-                        "--log-level",
-                        self._log_level,
-                        "--nice",
-                        str(self._worker_nice),
-                        "--realtime",
-                        str(self._worker_realtime),
-                        *(["--cpu", str(cpu)] if (cpu := self._worker_cpus[index]) is not None else []),
-                    ],
-                    pass_fds=(child.fileno(),),
-                    # Its own session: a Ctrl-C at the console reaches the control process only,
-                    # which stops the workers in order (they also exit on EOF if it dies).
-                    start_new_session=True,
-                )
-            finally:
-                child.close()
-            link = MessageStream(trio.SocketStream(trio.socket.from_stdlib_socket(parent)))
-            worker = _Worker(index, process, link)
+            proc = await WorkerProcess.spawn(
+                "services.edge.engine.worker",
+                [
+                    "--worker-id",
+                    str(index),
+                    "--log-level",
+                    self._log_level,
+                    "--nice",
+                    str(self._worker_nice),
+                    "--realtime",
+                    str(self._worker_realtime),
+                    *(["--cpu", str(cpu)] if (cpu := self._worker_cpus[index]) is not None else []),
+                ],
+            )
+            worker = _Worker(index, proc)
             self._workers[index] = worker
             # Wait for the worker's "ready" (its imports take seconds on a slow or loaded box)
             # so the first command is not timed out by a worker still starting.
-            with trio.move_on_after(WORKER_READY_TIMEOUT_S):
-                try:
-                    await link.receive()
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    pass
+            await proc.wait_ready(WORKER_READY_TIMEOUT_S)
             if first:
                 task_status.started()
                 first = False
             try:
-                await self._read(worker)
+                await proc.read(functools.partial(self._on_message, worker))
             finally:
-                worker.alive = False
-                for pending in worker.pending.values():
-                    pending.done.set()
+                proc.mark_dead()
                 lost = sorted(worker.flows)
                 for flow_id in lost:
                     self._flow_worker.pop(flow_id, None)
-                with trio.CancelScope(shield=True):
-                    await link.aclose()
-                    await _terminate(process)
-            _log.error("engine worker %d exited (status %s); restarting it", index, process.returncode)
+                await proc.close()
+            _log.error("engine worker %d exited (status %s); restarting it", index, proc.process.returncode)
             if lost:
                 self._on_workers_lost(lost)
             await trio.sleep(RESPAWN_DELAY_S)
 
-    async def _read(self, worker: _Worker) -> None:
-        while True:
-            try:
-                message = await worker.link.receive()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return
-            if message is None:
-                return
-            op = message.get("op")
-            if op == "reply":
-                pending = worker.pending.pop(int(message.get("id", -1)), None)
-                if pending is not None:
-                    pending.reply = message
-                    pending.done.set()
-            elif op == "stats":
-                self._on_stats(self._typed_reports(message.get("flows")))
-            elif op == "events":
-                for raw in message.get("events") or []:
-                    try:
-                        event = Event.model_validate(raw)
-                    except ValidationError as exc:
-                        self._reject("event", exc)
-                        continue
-                    self._on_event(event)
-            elif op == "flow_failed":
-                flow_id = str(message.get("flow_id"))
-                worker.flows.discard(flow_id)
-                self._flow_worker.pop(flow_id, None)
-                self._on_flow_failed(flow_id, str(message.get("error")))
+    def _on_message(self, worker: _Worker, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "stats":
+            self._on_stats(self._typed_reports(message.get("flows")))
+        elif op == "events":
+            for raw in message.get("events") or []:
+                try:
+                    event = Event.model_validate(raw)
+                except ValidationError as exc:
+                    self._reject("event", exc)
+                    continue
+                self._on_event(event)
+        elif op == "flow_failed":
+            flow_id = str(message.get("flow_id"))
+            worker.flows.discard(flow_id)
+            self._flow_worker.pop(flow_id, None)
+            self._on_flow_failed(flow_id, str(message.get("error")))
 
     def _typed_reports(self, flows: object) -> dict[str, FlowCounters]:
         """The worker's per-flow counters, validated against the one contract (style: the
@@ -240,22 +204,10 @@ class Engine:
             _log.error("engine report rejected (%s): %s", what, exc.errors(include_input=False, include_url=False))
 
     async def _request(self, worker: _Worker, message: dict[str, Any]) -> None:
-        if not worker.alive:
-            raise EngineError("engine worker is restarting; try again")
-        request_id = next(self._ids)
-        pending = _Pending()
-        worker.pending[request_id] = pending
         try:
-            await worker.link.send({**message, "id": request_id})
-            with trio.move_on_after(COMMAND_TIMEOUT_S):
-                await pending.done.wait()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise EngineError("engine worker is not reachable") from exc
-        finally:
-            worker.pending.pop(request_id, None)
-        reply = pending.reply
-        if reply is None:
-            raise EngineError("engine did not answer")
+            reply = await worker.proc.request(message, COMMAND_TIMEOUT_S)
+        except WorkerLinkError as exc:
+            raise EngineError(_LINK_ERRORS[exc.reason]) from exc
         if not reply.get("ok"):
             raise EngineError(str(reply.get("error") or "engine failed"))
 
@@ -296,12 +248,7 @@ class Engine:
 
     async def _forget(self, worker: _Worker, flow_id: str) -> None:
         """A stop sent without waiting for its reply (idempotent on the worker)."""
-        if not worker.alive:
-            return
-        try:
-            await worker.link.send({"op": "stop_flow", "flow_id": flow_id, "id": next(self._ids)})
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+        await worker.proc.send_unanswered({"op": "stop_flow", "flow_id": flow_id})
 
     async def stop_flow(self, flow_id: str) -> None:
         worker = self._worker_of(flow_id)
@@ -328,22 +275,11 @@ class Engine:
     async def shutdown(self) -> None:
         """Ask every worker to exit and wait for it (bounded)."""
         for worker in self._workers:
-            if worker is not None and worker.alive:
-                try:
-                    await worker.link.send({"op": "shutdown"})
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    pass
+            if worker is not None:
+                await worker.proc.send_unanswered({"op": "shutdown"})
         for worker in self._workers:
             if worker is not None:
-                await _terminate(worker.process)
+                await terminate(worker.proc.process)
 
     def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers if w is not None and w.alive]
-
-
-async def _terminate(process: trio.Process) -> None:
-    with trio.move_on_after(2):
-        await process.wait()
-        return
-    process.kill()
-    await process.wait()
+        return [w.proc.process.pid for w in self._workers if w is not None and w.alive]

@@ -24,7 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from appliance.models.config import FlowConfig, OutputConfig
 from services.edge.core.watch import FlowWatch
 from services.edge.engine.flow import FlowRuntime
-from services.edge.engine.ipc import STATS_INTERVAL_S, MessageStream
+from services.edge.engine.ipc import STATS_INTERVAL_S, MessageStream, serve_commands
 from services.edge.engine.udp import FlowStartError
 
 _log = logging.getLogger("mediaplane.engine")
@@ -49,23 +49,14 @@ class Worker:
         }
 
     async def serve(self) -> None:
-        while True:
-            message = await self.link.receive()
-            if message is None or message.get("op") == "shutdown":
-                return
-            handler = self._handlers.get(str(message.get("op")))
-            reply: dict[str, Any] = {"op": "reply", "id": message.get("id"), "ok": True}
-            if handler is None:
-                reply.update(ok=False, error=f"unknown command {message.get('op')!r}")
-            else:
-                try:
-                    await handler(message)
-                except (FlowStartError, ValidationError, KeyError) as exc:
-                    reply.update(ok=False, error=_message_of(exc))
-                except Exception as exc:  # the command boundary: a bug answers, the worker runs on
-                    _log.error("command %s failed", message.get("op"), exc_info=exc)
-                    reply.update(ok=False, error=f"engine error: {exc}")
-            await self.link.send(reply)
+        await serve_commands(
+            self.link,
+            self._handlers,
+            refused=(FlowStartError, ValidationError, KeyError),
+            refusal_text=_message_of,
+            internal_text=lambda exc: f"engine error: {exc}",
+            log=_log,
+        )
 
     async def _start_flow(self, message: dict[str, Any]) -> None:
         config = FlowConfig.model_validate(message["flow"])

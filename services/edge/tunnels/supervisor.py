@@ -13,12 +13,9 @@ tunnel this supervisor was not asked to run is ``Stopped`` with zero counters. T
 
 from __future__ import annotations
 
-import itertools
 import logging
-import socket
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import trio
@@ -27,33 +24,24 @@ from pydantic import ValidationError
 from appliance.models.config import TUNNEL_SECRET_FIELDS, TunnelConfig
 from appliance.models.events import Event, EventCategory, critical
 from appliance.models.stats import TunnelCounters, TunnelState
-from services.edge.engine.ipc import MessageStream
+from services.edge.engine.ipc import WorkerLinkError, WorkerProcess, terminate
 
 COMMAND_TIMEOUT_S: Final = 10.0
 RESPAWN_DELAY_S: Final = 0.5
 WORKER_READY_TIMEOUT_S: Final = 120.0  # as the engine's: imports under qemu TCG take long
 WORKER_EXITED: Final = "the tunnel worker exited"
 _log = logging.getLogger("mediaplane.tunnels")
+_LINK_ERRORS: Final = {
+    "restarting": "the tunnel worker is restarting; try again",
+    "unreachable": "the tunnel worker is not reachable",
+    "no_answer": "the tunnel worker did not answer",
+}
 
 EventCallback = Callable[[Event], object]
 
 
 class TunnelError(Exception):
     """The tunnel worker refused or failed a command; the text is user-facing (no secret)."""
-
-
-@dataclass
-class _Pending:
-    done: trio.Event = field(default_factory=trio.Event)
-    reply: dict[str, Any] | None = None
-
-
-@dataclass
-class _Worker:
-    process: trio.Process
-    link: MessageStream
-    pending: dict[int, _Pending] = field(default_factory=dict)
-    alive: bool = True
 
 
 @dataclass
@@ -90,11 +78,10 @@ class TunnelSupervisor:
         self._reports: dict[str, tuple[TunnelState, TunnelCounters]] = {}
         self._refused: dict[str, str] = {}  # tunnel id -> why its start was refused (state Failed)
         self._lost: set[str] = set()  # wanted tunnels of a dead worker, to start on the next one
-        self._worker: _Worker | None = None
+        self._worker: WorkerProcess | None = None
         self._down = False  # a worker died and the next one is not ready yet
         self._needed = trio.Event()
         self._ready = trio.Event()  # set while a worker is up; replaced when it dies
-        self._ids = itertools.count(1)
         self.rejected_reports = 0
         self.restarts = 0
 
@@ -135,50 +122,28 @@ class TunnelSupervisor:
             await trio.sleep(RESPAWN_DELAY_S)
 
     async def _one_worker(self) -> None:
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            process = await trio.lowlevel.open_process(
-                [
-                    sys.executable,
-                    "-m",
-                    "services.edge.tunnels.worker",
-                    "--fd",
-                    str(child.fileno()),
-                    "--log-level",
-                    self._log_level,
-                    "--software-version",
-                    self._software_version,
-                    *(["--runner", self._runner] if self._runner else []),
-                ],
-                pass_fds=(child.fileno(),),
-                start_new_session=True,  # a console Ctrl-C reaches the control process only
-            )
-        finally:
-            child.close()
-        link = MessageStream(trio.SocketStream(trio.socket.from_stdlib_socket(parent)))
-        worker = _Worker(process, link)
+        worker = await WorkerProcess.spawn(
+            "services.edge.tunnels.worker",
+            [
+                "--log-level",
+                self._log_level,
+                "--software-version",
+                self._software_version,
+                *(["--runner", self._runner] if self._runner else []),
+            ],
+        )
         try:
             async with trio.open_nursery() as nursery:
-                ready = False
-                with trio.move_on_after(WORKER_READY_TIMEOUT_S):
-                    try:
-                        ready = await link.receive() is not None
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        pass
-                if ready:
+                if await worker.wait_ready(WORKER_READY_TIMEOUT_S):
                     self._worker = worker
                     self._down = False
                     self._ready.set()
                     nursery.start_soon(self._restart_lost, worker)
-                    await self._read(worker)
+                    await worker.read(self._on_message)
                 nursery.cancel_scope.cancel()
         finally:
-            worker.alive = False
-            for pending in worker.pending.values():
-                pending.done.set()
-            with trio.CancelScope(shield=True):
-                await link.aclose()
-                await _terminate(process)
+            await worker.close()
+        process = worker.process
         if self._worker is worker:
             self._worker = None
         self._ready = trio.Event()
@@ -203,7 +168,7 @@ class TunnelSupervisor:
                 )
             )
 
-    async def _restart_lost(self, worker: _Worker) -> None:
+    async def _restart_lost(self, worker: WorkerProcess) -> None:
         """The tunnels of a dead worker, started on ``worker`` (a start refused now is Failed)."""
         for tunnel_id in sorted(self._lost):
             if tunnel_id not in self._lost:
@@ -224,30 +189,18 @@ class TunnelSupervisor:
                 # Stopped while its start was on the way: the worker runs nothing unwanted.
                 await self._forget(worker, tunnel_id)
 
-    async def _read(self, worker: _Worker) -> None:
-        while True:
-            try:
-                message = await worker.link.receive()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return
-            if message is None:
-                return
-            op = message.get("op")
-            if op == "reply":
-                pending = worker.pending.pop(int(message.get("id", -1)), None)
-                if pending is not None:
-                    pending.reply = message
-                    pending.done.set()
-            elif op == "tunnels":
-                self._on_report(message.get("tunnels"))
-            elif op == "events":
-                for raw in message.get("events") or []:
-                    try:
-                        event = Event.model_validate(raw)
-                    except ValidationError as exc:
-                        self._reject("event", exc)
-                        continue
-                    self._on_event(event)
+    def _on_message(self, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "tunnels":
+            self._on_report(message.get("tunnels"))
+        elif op == "events":
+            for raw in message.get("events") or []:
+                try:
+                    event = Event.model_validate(raw)
+                except ValidationError as exc:
+                    self._reject("event", exc)
+                    continue
+                self._on_event(event)
 
     def _on_report(self, tunnels: object) -> None:
         if not isinstance(tunnels, dict):
@@ -272,41 +225,25 @@ class TunnelSupervisor:
             problems = exc.errors(include_input=False, include_url=False)
             _log.error("tunnel worker report rejected (%s): %s", what, problems)
 
-    async def _request(self, worker: _Worker, message: dict[str, Any]) -> None:
-        if not worker.alive:
-            raise TunnelError("the tunnel worker is restarting; try again")
-        request_id = next(self._ids)
-        pending = _Pending()
-        worker.pending[request_id] = pending
+    async def _request(self, worker: WorkerProcess, message: dict[str, Any]) -> None:
         try:
-            await worker.link.send({**message, "id": request_id})
-            with trio.move_on_after(COMMAND_TIMEOUT_S):
-                await pending.done.wait()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise TunnelError("the tunnel worker is not reachable") from exc
-        finally:
-            worker.pending.pop(request_id, None)
-        reply = pending.reply
-        if reply is None:
-            raise TunnelError("the tunnel worker did not answer" if worker.alive else WORKER_EXITED)
+            reply = await worker.request(message, COMMAND_TIMEOUT_S)
+        except WorkerLinkError as exc:
+            text = WORKER_EXITED if exc.reason == "no_answer" and not worker.alive else _LINK_ERRORS[exc.reason]
+            raise TunnelError(text) from exc
         if not reply.get("ok"):
             raise TunnelError(str(reply.get("error") or "the tunnel worker failed"))
 
-    async def _send_start(self, worker: _Worker, wanted: _Wanted) -> None:
+    async def _send_start(self, worker: WorkerProcess, wanted: _Wanted) -> None:
         await self._request(
             worker, {"op": "start_tunnel", "tunnel": revealed(wanted.tunnel), "edge_id": wanted.edge_id}
         )
 
-    async def _forget(self, worker: _Worker, tunnel_id: str) -> None:
+    async def _forget(self, worker: WorkerProcess, tunnel_id: str) -> None:
         """A stop sent without waiting for its reply (idempotent on the worker)."""
-        if not worker.alive:
-            return
-        try:
-            await worker.link.send({"op": "stop_tunnel", "tunnel_id": tunnel_id, "id": next(self._ids)})
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+        await worker.send_unanswered({"op": "stop_tunnel", "tunnel_id": tunnel_id})
 
-    async def _live_worker(self) -> _Worker | None:
+    async def _live_worker(self) -> WorkerProcess | None:
         self._needed.set()
         with trio.move_on_after(WORKER_READY_TIMEOUT_S):
             await self._ready.wait()
@@ -364,17 +301,5 @@ class TunnelSupervisor:
         worker = self._worker
         if worker is None:
             return
-        if worker.alive:
-            try:
-                await worker.link.send({"op": "shutdown"})
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass
-        await _terminate(worker.process)
-
-
-async def _terminate(process: trio.Process) -> None:
-    with trio.move_on_after(2):
-        await process.wait()
-        return
-    process.kill()
-    await process.wait()
+        await worker.send_unanswered({"op": "shutdown"})
+        await terminate(worker.process)

@@ -45,7 +45,7 @@ from pydantic import ValidationError
 from appliance.models.config import TunnelConfig
 from appliance.models.events import Event, EventCategory, critical, info, warning
 from appliance.models.stats import TunnelCounters, TunnelState
-from services.edge.engine.ipc import MessageStream
+from services.edge.engine.ipc import MessageStream, serve_commands
 
 REPORT_INTERVAL_S: Final = 0.5
 STOP_TIMEOUT_S: Final = 5.0  # a runner's clean-up (closing QUIC) after its cancellation
@@ -164,23 +164,16 @@ class TunnelWorker:
 
     async def serve(self) -> None:
         """Answer commands until ``shutdown`` or the end of the link."""
-        while True:
-            message = await self.link.receive()
-            if message is None or message.get("op") == "shutdown":
-                return
-            handler = self._handlers.get(str(message.get("op")))
-            reply: dict[str, Any] = {"op": "reply", "id": message.get("id"), "ok": True}
-            if handler is None:
-                reply.update(ok=False, error=f"unknown command {message.get('op')!r}")
-            else:
-                try:
-                    await handler(message)
-                except CommandRefused as exc:
-                    reply.update(ok=False, error=str(exc))
-                except Exception as exc:  # the command boundary: a bug answers, the worker runs on
-                    _log.error("tunnel command %s failed (%s)", message.get("op"), type(exc).__name__)
-                    reply.update(ok=False, error=f"tunnel worker error: {type(exc).__name__}")
-            await self.link.send(reply)
+        await serve_commands(
+            self.link,
+            self._handlers,
+            refused=(CommandRefused,),
+            refusal_text=str,
+            # The exception's text could quote a tunnel's secrets: only its type is told.
+            internal_text=lambda exc: f"tunnel worker error: {type(exc).__name__}",
+            log=_log,
+            log_traceback=False,
+        )
 
     async def _start_tunnel(self, message: dict[str, Any]) -> None:
         if self.factory is None:
