@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 from collections.abc import Mapping
 
@@ -128,3 +129,20 @@ def ready_with_watchdog(nursery: trio.Nursery, status: str) -> None:
                 await trio.sleep(interval / 2)
 
         nursery.start_soon(ping)
+
+
+async def stop_on_signals(
+    stop: trio.Event, log: logging.Logger, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Set ``stop`` on the first SIGINT or SIGTERM (systemd's stop), saying which in the log.
+
+    Started (``nursery.start``) before anything else, so a signal during start-up is caught too;
+    later signals are taken and ignored while the service stops (the task ends when the
+    service's nursery is cancelled), so a second Ctrl-C cannot cut a clean stop short."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for signum in signals:
+            log.info("%s received: stopping", signal.Signals(signum).name)
+            stop.set()
+            break
+        await trio.sleep_forever()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 from functools import partial
 from pathlib import Path
@@ -85,52 +84,44 @@ async def run_edge(service: EdgeService, host: str, port: int, *, certfile: str 
     """Run the service and the API until SIGINT or SIGTERM."""
     app = build_app(service)
     stop = trio.Event()
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-
-            async def watch_signals() -> None:
-                async for signum in signals:
-                    _log.info("%s received: stopping", signal.Signals(signum).name)
-                    stop.set()
-                    return
-
-            nursery.start_soon(watch_signals)
-            await nursery.start(service.run)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(systemd.stop_on_signals, stop, _log)
+        await nursery.start(service.run)
+        await nursery.start(
+            lambda task_status: serve(
+                app,
+                host,
+                port,
+                shutdown_trigger=stop.wait,
+                certfile=certfile,
+                keyfile=keyfile,
+                task_status=task_status,
+            )
+        )
+        if service.config.monitor is not None:
+            # The read-only status page on its own listener (interop.md 2 `monitor`).
+            monitor = service.config.monitor
             await nursery.start(
-                lambda task_status: serve(
-                    app,
-                    host,
-                    port,
-                    shutdown_trigger=stop.wait,
-                    certfile=certfile,
-                    keyfile=keyfile,
-                    task_status=task_status,
-                )
+                partial(serve_monitor, service, monitor.listen_addr, monitor.listen_port, shutdown_trigger=stop)
             )
-            if service.config.monitor is not None:
-                # The read-only status page on its own listener (interop.md 2 `monitor`).
-                monitor = service.config.monitor
-                await nursery.start(
-                    partial(serve_monitor, service, monitor.listen_addr, monitor.listen_port, shutdown_trigger=stop)
-                )
-            scheme = "https" if certfile else "http"
-            shown = f"[{host}]" if ":" in host else host
-            service.listening, service.stop_process = (scheme, host, port), stop.set  # for GET /setup/runtime
-            saved_addr, saved_port = service.listen_at_start
-            saved = f"[{saved_addr}]:{saved_port}" if ":" in saved_addr else f"{saved_addr}:{saved_port}"
-            note = (
-                ""
-                if (host, port) == (saved_addr, saved_port)
-                else f" (--listen-addr/--listen-port; config.json says {saved})"
-            )
-            _log.info("mp-edge %s listening on %s://%s:%d%s", __version__, scheme, shown, port, note)
-            systemd.ready_with_watchdog(nursery, f"listening on {scheme}://{shown}:{port}")
-            await stop.wait()
-            systemd.notify_stopping()
-            # Let hypercorn finish its graceful shutdown, then stop the flows and workers.
-            with trio.move_on_after(3):
-                await trio.sleep(0.2)
-            nursery.cancel_scope.cancel()
+        scheme = "https" if certfile else "http"
+        shown = f"[{host}]" if ":" in host else host
+        service.listening, service.stop_process = (scheme, host, port), stop.set  # for GET /setup/runtime
+        saved_addr, saved_port = service.listen_at_start
+        saved = f"[{saved_addr}]:{saved_port}" if ":" in saved_addr else f"{saved_addr}:{saved_port}"
+        note = (
+            ""
+            if (host, port) == (saved_addr, saved_port)
+            else f" (--listen-addr/--listen-port; config.json says {saved})"
+        )
+        _log.info("mp-edge %s listening on %s://%s:%d%s", __version__, scheme, shown, port, note)
+        systemd.ready_with_watchdog(nursery, f"listening on {scheme}://{shown}:{port}")
+        await stop.wait()
+        systemd.notify_stopping()
+        # Let hypercorn finish its graceful shutdown, then stop the flows and workers.
+        with trio.move_on_after(3):
+            await trio.sleep(0.2)
+        nursery.cancel_scope.cancel()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import signal
 import socket
 import sys
 from collections.abc import Callable, Iterable
@@ -157,27 +156,19 @@ async def _serve_until_stopped(service: ManagerService) -> None:
             served.set()
             stop.set()  # hypercorn ending on its own ends the process too
 
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-
-            async def watch_signals() -> None:
-                async for signum in signals:
-                    _log.info("%s received: stopping", signal.Signals(signum).name)
-                    stop.set()
-                    return
-
-            nursery.start_soon(watch_signals)
-            # interop.md 7.3: the daily retention job, reading events_retention_days live.
-            nursery.start_soon(retention_loop, service.store, service.runtime_settings)
-            binds = await nursery.start(serving)
-            url = listening_url("https" if certificate else "http", settings.listen_addr, binds, settings.port)
-            _log.info("mp-manager %s listening on %s", service.version, url)
-            systemd.ready_with_watchdog(nursery, f"listening on {url}")
-            await stop.wait()
-            systemd.notify_stopping()
-            with trio.move_on_after(SHUTDOWN_GRACE_S):
-                await served.wait()
-            nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(systemd.stop_on_signals, stop, _log)
+        # interop.md 7.3: the daily retention job, reading events_retention_days live.
+        nursery.start_soon(retention_loop, service.store, service.runtime_settings)
+        binds = await nursery.start(serving)
+        url = listening_url("https" if certificate else "http", settings.listen_addr, binds, settings.port)
+        _log.info("mp-manager %s listening on %s", service.version, url)
+        systemd.ready_with_watchdog(nursery, f"listening on {url}")
+        await stop.wait()
+        systemd.notify_stopping()
+        with trio.move_on_after(SHUTDOWN_GRACE_S):
+            await served.wait()
+        nursery.cancel_scope.cancel()
     _log.info("stopped")
 
 

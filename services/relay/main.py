@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 from pathlib import Path
 
@@ -50,36 +49,28 @@ async def run_relay(service: RelayService) -> None:
     api_host, api_port = split_host_port(service.config.api_addr)
     app = build_app(service)
     stop = trio.Event()
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-
-            async def watch_signals() -> None:
-                async for signum in signals:
-                    _log.info("%s received: stopping", signal.Signals(signum).name)
-                    stop.set()
-                    return
-
-            nursery.start_soon(watch_signals)
-            await nursery.start(service.run)
-            bound = await nursery.start(
-                lambda task_status: serve(app, api_host, api_port, shutdown_trigger=stop.wait, task_status=task_status)
-            )
-            api_url = bound[0] if bound else f"http://{service.config.api_addr}"
-            _log.info(
-                "mp-relay %s listening: api %s, quic %s, udp %s",
-                __version__,
-                api_url,
-                service.quic_bound or "off",
-                service.udp_bound or "off",
-            )
-            systemd.ready_with_watchdog(nursery, f"listening: api {api_url}")
-            await stop.wait()
-            systemd.notify_stopping()
-            # The API closes gracefully (hypercorn's graceful_timeout); QUIC, the UDP plane and
-            # the manager link are cancelled, which closes their sockets: well inside 5 s.
-            with trio.move_on_after(SHUTDOWN_GRACE_S + 0.5):
-                await trio.sleep(0.2)
-            nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(systemd.stop_on_signals, stop, _log)
+        await nursery.start(service.run)
+        bound = await nursery.start(
+            lambda task_status: serve(app, api_host, api_port, shutdown_trigger=stop.wait, task_status=task_status)
+        )
+        api_url = bound[0] if bound else f"http://{service.config.api_addr}"
+        _log.info(
+            "mp-relay %s listening: api %s, quic %s, udp %s",
+            __version__,
+            api_url,
+            service.quic_bound or "off",
+            service.udp_bound or "off",
+        )
+        systemd.ready_with_watchdog(nursery, f"listening: api {api_url}")
+        await stop.wait()
+        systemd.notify_stopping()
+        # The API closes gracefully (hypercorn's graceful_timeout); QUIC, the UDP plane and
+        # the manager link are cancelled, which closes their sockets: well inside 5 s.
+        with trio.move_on_after(SHUTDOWN_GRACE_S + 0.5):
+            await trio.sleep(0.2)
+        nursery.cancel_scope.cancel()
 
 
 def main(argv: list[str] | None = None) -> None:
