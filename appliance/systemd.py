@@ -141,8 +141,12 @@ async def stop_on_signals(
     service's nursery is cancelled), so a second Ctrl-C cannot cut a clean stop short."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
+        # Every signal is taken off the queue: trio re-raises the ones left in it when the
+        # receiver closes, which would turn a second Ctrl-C into a KeyboardInterrupt at exit.
         async for signum in signals:
-            log.info("%s received: stopping", signal.Signals(signum).name)
-            stop.set()
-            break
-        await trio.sleep_forever()
+            name = signal.Signals(signum).name
+            if stop.is_set():
+                log.info("%s received while stopping: ignored", name)
+            else:
+                log.info("%s received: stopping", name)
+                stop.set()
