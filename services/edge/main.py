@@ -34,11 +34,14 @@ _log = logging.getLogger("mediaplane.edge")
 def build_app(service: EdgeService) -> QuartTrio:
     """The edge's quart-trio app around a service."""
     from services.edge.api.routes import bp
+    from services.edge.nmos import connection_api, node_api
 
     app = create_app("mediaplane-edge")
     app.config["EDGE_SERVICE"] = service
     app.config["EDGE_METRICS"] = EdgeMetrics(service.snapshot)
     app.register_blueprint(bp)
+    app.register_blueprint(node_api.bp)  # /x-nmos/node/v1.3/ (interop.md 5)
+    app.register_blueprint(connection_api.bp)  # /x-nmos/connection/v1.1/
     return app
 
 
