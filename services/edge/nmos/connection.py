@@ -1,0 +1,534 @@
+"""IS-05 v1.1 Connection API state and rules, sans-IO (interop.md 5 "IS-05 routes" to "PATCH staged").
+
+- ``sender_legs`` / ``receiver_legs``: the ``transport_params`` legs of an output or a flow input
+  (one per leg, two with SMPTE 2022-7), mapped from the config by the table of interop.md 5;
+- ``sender_constraints`` / ``receiver_constraints``: one object per leg naming every staged key;
+  ``rtp`` and ``udp`` are editable (ports ``{minimum, maximum}``), the other kinds are pinned by an
+  ``enum`` of their current values, so a PATCH that changes one fails;
+- ``merge_patch``: a PATCH body checked against the stage schema and the constraints, merged into
+  the staged body; the problems are texts without the input's values;
+- ``output_with_legs`` / ``flow_with_legs``: the activated legs written back into the config;
+- ``sender_sdp``: the ``transportfile`` of an ``rtp`` sender (RFC 4566, RFC 7104 ``DUP`` for 2022-7);
+- ``ConnectionState``: the staged and active bodies and the pending scheduled activations.
+
+``rtp_enabled`` and ``master_enable`` are runtime facts, never written into the config.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit
+
+from jsonschema import Draft4Validator
+from pydantic import ValidationError
+
+from appliance.models.config import (
+    FlowConfig,
+    OutputConfig,
+    RtpInput,
+    RtpOutput,
+    UdpInput,
+    UdpOutput,
+    split_host_port,
+)
+from services.edge.nmos import ids
+from services.edge.nmos.schemas import IS05, problems
+from services.edge.nmos.tai import format_tai, parse_tai
+
+__all__ = [
+    "ConnectionState",
+    "Endpoint",
+    "PatchRejected",
+    "endpoints",
+    "flow_with_legs",
+    "merge_patch",
+    "output_with_legs",
+    "receiver_constraints",
+    "receiver_legs",
+    "sender_constraints",
+    "sender_legs",
+    "sender_sdp",
+]
+
+Role = Literal["sender", "receiver"]
+Leg = dict[str, Any]
+PORT: Final[dict[str, Any]] = {"minimum": 1, "maximum": 65535}
+SOURCE_PORT: Final[dict[str, Any]] = {"minimum": 0, "maximum": 65535}  # 0: an ephemeral source port
+_DEFAULT_PORTS: Final = {"rtmp": 1935, "rtmps": 443, "http": 80, "https": 443, "rtsp": 554, "rtsps": 322}
+
+
+class PatchRejected(ValueError):
+    """A PATCH that fails the schema, the constraints or the config rules (HTTP 400)."""
+
+    def __init__(self, texts: list[str]) -> None:
+        super().__init__("; ".join(texts))
+        self.texts = texts
+
+
+# --------------------------------------------------------------------------- resources
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One IS-05 resource: a sender (an output) or a receiver (a flow's input)."""
+
+    role: Role
+    id: str
+    flow_id: str
+    output_id: str | None = None
+
+
+def endpoints(node_id: uuid.UUID, flows: list[FlowConfig]) -> dict[str, Endpoint]:
+    """Every sender and receiver of the config, by NMOS id (senders first, in config order)."""
+    found: dict[str, Endpoint] = {}
+    for flow in flows:
+        for output in flow.outputs:
+            sid = ids.sender_id(node_id, flow.id, output.id)
+            found[sid] = Endpoint("sender", sid, flow.id, output.id)
+    for flow in flows:
+        rid = ids.receiver_id(node_id, flow.id)
+        found[rid] = Endpoint("receiver", rid, flow.id)
+    return found
+
+
+# --------------------------------------------------------------------------- config -> legs
+
+
+def _host(addr: str) -> str:
+    return split_host_port(addr)[0]
+
+
+def _port(addr: str) -> int:
+    return split_host_port(addr)[1]
+
+
+def _join(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _any(host: str) -> str:
+    return "::" if ":" in host else "0.0.0.0"
+
+
+def _is_multicast(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_multicast
+    except ValueError:
+        return False
+
+
+def _ip_or_auto(host: str | None) -> str:
+    if host is None:
+        return "auto"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return "auto"
+    return host
+
+
+def _url_host_port(url: str) -> tuple[str | None, int]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return parts.hostname, port or _DEFAULT_PORTS.get(parts.scheme, 80)
+
+
+def _rtp_sender_leg(dest_addr: str, bind_addr: str | None, interface_addr: str | None, enabled: bool) -> Leg:
+    dest = _host(dest_addr)
+    source = interface_addr or (_host(bind_addr) if bind_addr else _any(dest))
+    return {
+        "source_ip": source,
+        "destination_ip": dest,
+        "source_port": _port(bind_addr) if bind_addr else 0,
+        "destination_port": _port(dest_addr),
+        "rtp_enabled": enabled,
+    }
+
+
+def sender_legs(output: OutputConfig, enabled: bool) -> list[Leg]:
+    """The ``transport_params`` of the sender of ``output``; ``enabled``: the output is sending."""
+    if isinstance(output, RtpOutput | UdpOutput):
+        legs = [_rtp_sender_leg(output.dest_addr, output.bind_addr, output.interface_addr, enabled)]
+        if isinstance(output, RtpOutput) and output.redundancy is not None:
+            red = output.redundancy
+            legs.append(_rtp_sender_leg(red.dest_addr, red.bind_addr, red.interface_addr, enabled))
+        return legs
+    if output.type == "srt":
+        srt_legs = [output] + ([output.redundancy] if output.redundancy is not None else [])
+        return [
+            {
+                "source_ip": _ip_or_auto(_host(leg.local_addr)),
+                "destination_ip": _ip_or_auto(_host(leg.remote_addr) if leg.remote_addr else None),
+                "source_port": _port(leg.local_addr),
+                "destination_port": _port(leg.remote_addr) if leg.remote_addr else "auto",
+                "rtp_enabled": enabled,
+            }
+            for leg in srt_legs
+        ]
+    if output.type in ("rtmp", "hls"):
+        host, port = _url_host_port(output.dest_url if output.type == "rtmp" else output.ingest_url)
+        return [
+            {
+                "source_ip": "auto",
+                "destination_ip": _ip_or_auto(host),
+                "source_port": "auto",
+                "destination_port": port,
+                "rtp_enabled": enabled,
+            }
+        ]
+    # webrtc (urn:x-nmos:transport:websocket)
+    url = getattr(output, "whip_url", None)
+    return [{"connection_uri": url, "connection_authorization": getattr(output, "bearer_token", None) is not None}]
+
+
+def _rtp_receiver_leg(bind_addr: str, interface_addr: str | None, source: str | None, enabled: bool) -> Leg:
+    host = _host(bind_addr)
+    multicast = _is_multicast(host)
+    return {
+        "source_ip": source,
+        "multicast_ip": host if multicast else None,
+        "interface_ip": interface_addr or (_any(host) if multicast else host),
+        "destination_port": _port(bind_addr),
+        "rtp_enabled": enabled,
+    }
+
+
+def receiver_legs(flow: FlowConfig, enabled: bool) -> list[Leg]:
+    """The ``transport_params`` of the receiver of ``flow``; ``enabled``: the flow is running."""
+    source = flow.input
+    if isinstance(source, RtpInput | UdpInput):
+        allowed = source.allowed_sources if isinstance(source, RtpInput) else None
+        first = allowed[0] if allowed else None
+        legs = [_rtp_receiver_leg(source.bind_addr, source.interface_addr, first, enabled)]
+        if isinstance(source, RtpInput) and source.redundancy is not None:
+            red = source.redundancy
+            legs.append(_rtp_receiver_leg(red.bind_addr, red.interface_addr, first, enabled))
+        return legs
+    if source.type == "srt":
+        srt_legs = [source] + ([source.redundancy] if source.redundancy is not None else [])
+        return [
+            {
+                "source_ip": _ip_or_auto(_host(leg.remote_addr)) if leg.remote_addr else None,
+                "multicast_ip": None,
+                "interface_ip": _ip_or_auto(_host(leg.local_addr)),
+                "destination_port": _port(leg.local_addr) or "auto",
+                "rtp_enabled": enabled,
+            }
+            for leg in srt_legs
+        ]
+    if source.type == "rtmp":
+        return [
+            {
+                "source_ip": None,
+                "multicast_ip": None,
+                "interface_ip": _host(source.listen_addr),
+                "destination_port": _port(source.listen_addr),
+                "rtp_enabled": enabled,
+            }
+        ]
+    if source.type == "rtsp":
+        host, _ = _url_host_port(source.rtsp_url)
+        return [
+            {
+                "source_ip": None if host is None or _ip_or_auto(host) == "auto" else host,
+                "multicast_ip": None,
+                "interface_ip": "auto",
+                "destination_port": "auto",
+                "rtp_enabled": enabled,
+            }
+        ]
+    url = getattr(source, "whep_url", None)  # webrtc (WHIP server) has none
+    return [{"connection_uri": url, "connection_authorization": getattr(source, "bearer_token", None) is not None}]
+
+
+# --------------------------------------------------------------------------- constraints
+
+
+def _pinned(legs: list[Leg]) -> list[dict[str, Any]]:
+    """Every key of every leg pinned to its current value (``rtp_enabled`` stays free: it is runtime)."""
+    return [{key: ({} if key == "rtp_enabled" else {"enum": [value]}) for key, value in leg.items()} for leg in legs]
+
+
+def sender_constraints(output: OutputConfig) -> list[dict[str, Any]]:
+    legs = sender_legs(output, True)
+    if isinstance(output, RtpOutput | UdpOutput):
+        return [
+            {
+                "source_ip": {},
+                "destination_ip": {},
+                "source_port": SOURCE_PORT,
+                "destination_port": PORT,
+                "rtp_enabled": {},
+            }
+            for _ in legs
+        ]
+    return _pinned(legs)
+
+
+def receiver_constraints(flow: FlowConfig) -> list[dict[str, Any]]:
+    legs = receiver_legs(flow, True)
+    if isinstance(flow.input, RtpInput):
+        return [
+            {"source_ip": {}, "multicast_ip": {}, "interface_ip": {}, "destination_port": PORT, "rtp_enabled": {}}
+            for _ in legs
+        ]
+    if isinstance(flow.input, UdpInput):  # no source filter on a raw UDP input
+        return [
+            {
+                "source_ip": {"enum": [None]},
+                "multicast_ip": {},
+                "interface_ip": {},
+                "destination_port": PORT,
+                "rtp_enabled": {},
+            }
+            for _ in legs
+        ]
+    return _pinned(legs)
+
+
+# --------------------------------------------------------------------------- PATCH
+
+
+def _constraint_problems(index: int, leg: Leg, constraints: dict[str, Any]) -> list[str]:
+    found = []
+    for key in leg:
+        if key not in constraints:
+            found.append(f"transport_params/{index}/{key}: not a parameter of this leg")
+    schema = {"type": "object", "properties": constraints}
+    for error in Draft4Validator(schema).iter_errors(leg):
+        path = "/".join(str(part) for part in error.absolute_path)
+        found.append(f"transport_params/{index}/{path}: constraint {error.validator} failed")
+    return found
+
+
+def merge_patch(role: Role, staged: dict[str, Any], patch: Any, constraints: list[dict[str, Any]]) -> dict[str, Any]:
+    """The staged body after ``patch`` (its ``activation`` kept as sent); PatchRejected if invalid."""
+    texts = problems(IS05, f"{role}-stage-schema.json", patch)
+    if texts:
+        raise PatchRejected(texts)
+    merged = copy.deepcopy(staged)
+    for key in ("receiver_id", "sender_id", "master_enable"):
+        if key in patch:
+            merged[key] = patch[key]
+    if "transport_file" in patch:
+        tf = patch["transport_file"]
+        if tf.get("data") is not None:
+            raise PatchRejected(["transport_file: not supported; set transport_params instead"])
+        merged["transport_file"] = {"data": None, "type": None}
+    if "transport_params" in patch:
+        legs = patch["transport_params"]
+        if len(legs) != len(constraints):
+            raise PatchRejected([f"transport_params: expected {len(constraints)} leg(s)"])
+        found = []
+        for index, (leg, limits) in enumerate(zip(legs, constraints, strict=True)):
+            found += _constraint_problems(index, leg, limits)
+            merged["transport_params"][index].update(leg)
+        if found:
+            raise PatchRejected(found)
+    return merged
+
+
+def _resolve(leg: Leg, current: Leg) -> Leg:
+    """``auto`` values take the current (active) value: the edge picks no address by itself."""
+    return {key: (current.get(key, value) if value == "auto" else value) for key, value in leg.items()}
+
+
+# --------------------------------------------------------------------------- legs -> config
+
+
+def _with(model: Any, update: dict[str, Any]) -> Any:
+    data = model.model_dump(mode="json", exclude_none=False)
+    data.update(update)
+    try:
+        return type(model).model_validate(data)
+    except ValidationError as exc:
+        raise PatchRejected([f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]) from None
+
+
+def _sender_update(leg: Leg, current: Leg, bind_addr: str | None, interface_addr: str | None) -> dict[str, Any]:
+    update: dict[str, Any] = {"dest_addr": _join(leg["destination_ip"], int(leg["destination_port"]))}
+    if (leg["source_ip"], leg["source_port"]) != (current["source_ip"], current["source_port"]):
+        if interface_addr is not None:
+            update["interface_addr"] = leg["source_ip"]
+        if bind_addr is not None or leg["source_port"] != 0 or interface_addr is None:
+            update["bind_addr"] = _join(leg["source_ip"], int(leg["source_port"]))
+    return update
+
+
+def output_with_legs(output: OutputConfig, legs: list[Leg]) -> OutputConfig:
+    """``output`` with activated legs written in (interop.md 5 table); only rtp and udp change."""
+    if not isinstance(output, RtpOutput | UdpOutput):
+        return output
+    current = sender_legs(output, True)
+    legs = [_resolve(leg, cur) for leg, cur in zip(legs, current, strict=True)]
+    update = _sender_update(legs[0], current[0], output.bind_addr, output.interface_addr)
+    if isinstance(output, RtpOutput) and output.redundancy is not None:
+        red = output.redundancy
+        update["redundancy"] = _with(red, _sender_update(legs[1], current[1], red.bind_addr, red.interface_addr))
+        update["redundancy"] = update["redundancy"].model_dump(mode="json")
+    result: OutputConfig = _with(output, update)
+    return result
+
+
+def _receiver_update(leg: Leg, had_interface: bool) -> dict[str, Any]:
+    port = int(leg["destination_port"])
+    iface = leg["interface_ip"]
+    if leg["multicast_ip"] is not None:
+        unspecified = ipaddress.ip_address(iface).is_unspecified
+        return {"bind_addr": _join(leg["multicast_ip"], port), "interface_addr": None if unspecified else iface}
+    if had_interface:
+        return {"bind_addr": _join(_any(iface), port), "interface_addr": iface}
+    return {"bind_addr": _join(iface, port)}
+
+
+def flow_with_legs(flow: FlowConfig, legs: list[Leg]) -> FlowConfig:
+    """``flow`` with the activated receiver legs written into its input; only rtp and udp change."""
+    source = flow.input
+    if not isinstance(source, RtpInput | UdpInput):
+        return flow
+    current = receiver_legs(flow, True)
+    legs = [_resolve(leg, cur) for leg, cur in zip(legs, current, strict=True)]
+    if len(legs) > 1 and legs[1]["source_ip"] != legs[0]["source_ip"]:
+        raise PatchRejected(["transport_params/1/source_ip: the source filter is shared by both legs"])
+    update = _receiver_update(legs[0], source.interface_addr is not None)
+    if isinstance(source, RtpInput):
+        chosen = legs[0]["source_ip"]
+        rest = [ip for ip in (source.allowed_sources or [])[1:] if ip != chosen]
+        update["allowed_sources"] = None if chosen is None else [chosen, *rest]
+        if source.redundancy is not None:
+            red = source.redundancy
+            update["redundancy"] = _with(red, _receiver_update(legs[1], red.interface_addr is not None)).model_dump(
+                mode="json"
+            )
+    new_input = _with(source, update)
+    result: FlowConfig = flow.model_copy(update={"input": new_input})
+    return result
+
+
+# --------------------------------------------------------------------------- SDP
+
+
+def sender_sdp(output: RtpOutput, sender_id: str, session_version: int) -> str:
+    """The SDP of an ``rtp`` sender: MP2T over RTP, one media section per leg (RFC 7104 DUP)."""
+    legs = sender_legs(output, True)
+    first = legs[0]
+    family = "IP6" if ":" in first["destination_ip"] else "IP4"
+    session_id = uuid.UUID(sender_id).int % 10**12
+    lines = [
+        "v=0",
+        f"o=- {session_id} {session_version} IN {family} {first['source_ip']}",
+        f"s={output.name}",
+        "t=0 0",
+    ]
+    if len(legs) > 1:
+        lines.append("a=group:DUP primary secondary")
+    for index, leg in enumerate(legs):
+        dest, src = leg["destination_ip"], leg["source_ip"]
+        fam = "IP6" if ":" in dest else "IP4"
+        multicast = _is_multicast(dest)
+        lines.append(f"m=video {leg['destination_port']} RTP/AVP 33")
+        lines.append(f"c=IN {fam} {dest}/32" if multicast and fam == "IP4" else f"c=IN {fam} {dest}")
+        lines.append("a=rtpmap:33 MP2T/90000")
+        if multicast and not ipaddress.ip_address(src).is_unspecified:
+            lines.append(f"a=source-filter: incl IN {fam} {dest} {src}")
+        if len(legs) > 1:
+            lines.append(f"a=mid:{'primary' if index == 0 else 'secondary'}")
+    return "\r\n".join(lines) + "\r\n"
+
+
+# --------------------------------------------------------------------------- state
+
+
+def idle_activation() -> dict[str, Any]:
+    return {"mode": None, "requested_time": None, "activation_time": None}
+
+
+@dataclass
+class Pending:
+    """A scheduled activation: the staged body to apply at ``due_tai_ns``."""
+
+    due_tai_ns: int
+    body: dict[str, Any]
+
+
+@dataclass
+class EndpointState:
+    staged: dict[str, Any] | None = None  # None: equal to active (nothing staged yet)
+    master_enable: bool = True
+    peer: str | None = None  # receiver_id of a sender, sender_id of a receiver (active)
+    activation: dict[str, Any] = field(default_factory=idle_activation)  # of the last activation
+    pending: Pending | None = None
+
+
+@dataclass
+class ConnectionState:
+    """The staged and active state of every sender and receiver, by NMOS id."""
+
+    states: dict[str, EndpointState] = field(default_factory=dict)
+
+    def of(self, endpoint_id: str) -> EndpointState:
+        return self.states.setdefault(endpoint_id, EndpointState())
+
+    def active_body(self, endpoint: Endpoint, legs: list[Leg]) -> dict[str, Any]:
+        state = self.of(endpoint.id)
+        body: dict[str, Any] = {
+            "receiver_id" if endpoint.role == "sender" else "sender_id": state.peer,
+            "master_enable": state.master_enable,
+            "activation": dict(state.activation),
+            "transport_params": copy.deepcopy(legs),
+        }
+        if endpoint.role == "receiver":
+            body["transport_file"] = {"data": None, "type": None}
+        return body
+
+    def staged_body(self, endpoint: Endpoint, legs: list[Leg]) -> dict[str, Any]:
+        state = self.of(endpoint.id)
+        if state.staged is None or len(state.staged["transport_params"]) != len(legs):
+            body = self.active_body(endpoint, legs)
+            body["activation"] = idle_activation()
+            state.staged = body
+        body = copy.deepcopy(state.staged)
+        if state.pending is not None:
+            body["activation"] = copy.deepcopy(state.pending.body["activation"])
+        return body
+
+    def stage(self, endpoint: Endpoint, body: dict[str, Any]) -> None:
+        staged = copy.deepcopy(body)
+        staged["activation"] = idle_activation()
+        self.of(endpoint.id).staged = staged
+
+    def activated(self, endpoint: Endpoint, body: dict[str, Any], activation: dict[str, Any]) -> None:
+        """Record an applied activation: ``active`` shows its peer, master_enable and times."""
+        state = self.of(endpoint.id)
+        state.peer = body.get("receiver_id" if endpoint.role == "sender" else "sender_id")
+        state.master_enable = bool(body.get("master_enable", True))
+        state.activation = dict(activation)
+        state.pending = None
+        self.stage(endpoint, body)
+
+    def forget_unknown(self, known: set[str]) -> None:
+        for endpoint_id in list(self.states):
+            if endpoint_id not in known:
+                del self.states[endpoint_id]
+
+
+def activation_times(mode: str, requested: str | None, now_tai_ns: int) -> tuple[int, dict[str, Any]]:
+    """The due TAI time and the activation object of a PATCH answer for ``mode``."""
+
+    if mode == "activate_immediate":
+        return now_tai_ns, {"mode": mode, "requested_time": None, "activation_time": format_tai(now_tai_ns)}
+    if requested is None:
+        raise PatchRejected(["activation/requested_time: required for a scheduled activation"])
+    try:
+        value = parse_tai(requested)
+    except ValueError as exc:
+        raise PatchRejected([f"activation/requested_time: {exc}"]) from None
+    due = value if mode == "activate_scheduled_absolute" else now_tai_ns + value
+    return due, {"mode": mode, "requested_time": requested, "activation_time": format_tai(due)}
