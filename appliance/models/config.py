@@ -466,6 +466,23 @@ class MonitorConfig(StrictModel):
     listen_port: int = Field(default=9090, ge=1, le=65535)
 
 
+def _check_registry_url(text: str) -> str:
+    if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", text):
+        raise ValueError("expected an http:// or https:// URL")
+    return text
+
+
+class NmosConfig(StrictModel):
+    """NMOS registration (issue 17). The Node and Connection APIs are served whatever this says;
+    ``enabled`` turns registration (or, without a registry, the ``_nmos-node._tcp`` advertisement)
+    on. ``registry_url``: a Registration API base (``http://host:port``) used before any found by
+    DNS-SD. ``label``: the node's label (default: ``device_name``, else the hostname)."""
+
+    enabled: bool = True
+    registry_url: Annotated[str, AfterValidator(_check_registry_url)] | None = Field(default=None, max_length=2048)
+    label: str | None = Field(default=None, min_length=1, max_length=256)
+
+
 def _check_fingerprint(text: str) -> str:
     if not re.fullmatch(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}", text):
         raise ValueError("expected SHA-256 as 32 colon-separated hex pairs")
@@ -562,6 +579,7 @@ class AppConfig(StrictModel):
     server: ServerConfig
     monitor: MonitorConfig | None = None
     manager: ManagerConfig | None = None
+    nmos: NmosConfig | None = None
     flows: list[FlowConfig] = Field(default_factory=list, max_length=1024)
     tunnels: list[TunnelConfig] = Field(default_factory=list, max_length=1024)
 

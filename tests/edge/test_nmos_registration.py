@@ -178,3 +178,21 @@ def test_an_answer_to_a_stale_request_is_ignored() -> None:
     client.set_registries([B])  # rediscovery: A is gone
     client.response(first, 201, 0.0)
     assert not client.registered and client.registry == B
+
+
+def test_a_201_to_the_node_update_means_the_registry_lost_it_so_all_is_registered_again() -> None:
+    client = RegistrationClient([A])
+    client.set_resources(resources())
+    drain(client, 0.0)
+    changed = resources()
+    changed["node"][NODE]["version"] = "2:0"
+    client.set_resources(changed)
+    sent = drain(client, 1.0)  # the node's update answered 201: created anew
+    assert kinds(sent)[0] == "register:node"
+    assert kinds(sent)[1:] == [
+        "register:device",
+        "register:source",
+        "register:flow",
+        "register:sender",
+        "register:receiver",
+    ]

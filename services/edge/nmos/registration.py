@@ -18,7 +18,8 @@ Behaviour, each rule from the AMWA text:
   means the registry forgot the node (garbage collection): every resource is registered again,
   in order.
 - **Changes**: a resource whose body changed is POSTed again; one that went is DELETEd, children
-  before parents ("Controlled Unregistration").
+  before parents ("Controlled Unregistration"). A ``201`` to the node's update means the registry
+  had lost it, and with it the sub-resources: they are registered again.
 - **4xx on a registration** (other than the heartbeat's 404): that request is not tried again
   until the resource changes ("must not be re-attempted without corrective action").
 - **5xx, no connection or a timeout**: fail over to the next Registration API in priority order;
@@ -180,6 +181,10 @@ class RegistrationClient:
                 # Once per registry: a registry that answers 200 again is taken at its word.
                 self._pending_clear = self._cleared = True
             elif status in (200, 201):
+                if request.resource_type == "node" and status == 201 and state.node_registered:
+                    # Created, though it should have been an update: the registry lost the node
+                    # (and so its sub-resources): register them again.
+                    self._forget_registrations()
                 state.registered[key] = request.version or ""
                 state.rejected.pop(key, None)
                 if request.resource_type == "node":
