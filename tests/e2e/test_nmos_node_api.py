@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from services.edge.nmos import ids
+from services.edge.nmos.node_api import primary_address
 from services.edge.nmos.schemas import IS04, problems
 from tests.helpers.edge import Edge, auth_section, free_udp_port, running_edge, wait_for
 
@@ -203,3 +204,16 @@ def test_a_flow_added_through_the_api_appears_with_a_new_version(edge: Edge, ano
     # The node did not change, nor did the device on a second look.
     assert anon.get(f"{BASE}/self").json()["version"] == node_before["version"]
     assert anon.get(f"{BASE}/devices/").json()[0]["version"] == device_after["version"]
+
+
+def test_listening_on_every_address_advertises_a_stable_host(tmp_path: Path) -> None:
+    config = {"node_id": str(NODE), "server": {}}
+    with running_edge(tmp_path, config=config, extra_args=["--listen-addr", "0.0.0.0"]) as wild:
+        with wild.client() as client:
+            first = client.get(f"{BASE}/self").json()
+            assert problems(IS04, "node.json", first) == []
+            endpoint = first["api"]["endpoints"][0]
+            assert endpoint["port"] == wild.port
+            assert endpoint["host"] in {primary_address(4), "127.0.0.1"}
+            assert first["href"] == f"http://{endpoint['host']}:{wild.port}/"
+            assert client.get(f"{BASE}/self/").json()["version"] == first["version"]

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 from appliance.models.config import AppConfig
 from appliance.models.kinds import INPUT_KINDS, OUTPUT_KINDS
 from services.edge.nmos import ids
 from services.edge.nmos.model import HostInfo, Interface, Running, VersionTracker, build_resources
+from services.edge.nmos.node_api import host_interfaces, primary_address
 from services.edge.nmos.schemas import IS04, problems
 from services.edge.nmos.tai import format_tai, tai_ns
 
@@ -229,3 +232,27 @@ def test_stamp_leaves_the_input_alone() -> None:
     res = build()
     VersionTracker(BOOT).stamp(res, BOOT)
     assert all("version" not in body for _, _, body in res.items())
+
+
+def test_host_interfaces_read_sys_class_net(tmp_path: Path) -> None:
+    def iface(name: str, kind: str, mac: str) -> None:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "type").write_text(f"{kind}\n")
+        (tmp_path / name / "address").write_text(f"{mac}\n")
+
+    iface("lo", "772", "00:00:00:00:00:00")
+    iface("eth1", "1", "AA:BB:CC:DD:EE:01")
+    iface("eth0", "1", "aa:bb:cc:dd:ee:00")
+    iface("tun0", "65534", "")  # no MAC: left out
+    (tmp_path / "broken").mkdir()  # unreadable entries are skipped
+    assert host_interfaces(tmp_path) == (
+        Interface("eth0", "aa:bb:cc:dd:ee:00"),
+        Interface("eth1", "aa:bb:cc:dd:ee:01"),
+    )
+    assert host_interfaces(tmp_path / "missing") == ()
+
+
+def test_primary_address_is_an_ip_or_none() -> None:
+    for family in (4, 6):
+        found = primary_address(family)
+        assert found is None or ipaddress.ip_address(found).version == family

@@ -34,7 +34,7 @@ from services.edge.nmos.model import (
     build_resources,
 )
 
-__all__ = ["bp", "error_response", "host_interfaces", "nmos_resources"]
+__all__ = ["bp", "error_response", "host_interfaces", "nmos_resources", "primary_address"]
 
 bp = Blueprint("nmos_node", __name__)
 _View = Callable[..., Awaitable[Response]]
@@ -74,6 +74,18 @@ def host_interfaces(sys_net: Path = SYS_NET) -> tuple[Interface, ...]:
     return tuple(found)
 
 
+def primary_address(family: int = 4) -> str | None:
+    """The local address of the default route (a UDP ``connect`` to a documentation address
+    only looks the route up; nothing is sent), None without one."""
+    target = ("2001:db8::1", 9) if family == 6 else ("192.0.2.1", 9)
+    try:
+        with socket.socket(socket.AF_INET6 if family == 6 else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(target)
+            return str(probe.getsockname()[0])
+    except OSError:
+        return None
+
+
 def _host_info() -> HostInfo:
     service = current_app.config["EDGE_SERVICE"]
     scheme, host, port = service.listening or ("http", service.listen_at_start[0], service.listen_at_start[1])
@@ -82,10 +94,10 @@ def _host_info() -> HostInfo:
     except ValueError:
         wildcard = False
     if wildcard:
-        # Listening on every address: advertise the one this client reached.
+        # Listening on every address: advertise the host's primary one (stable, so the node's
+        # version does not move with the client), else the one this client reached.
         server = request.scope.get("server")
-        if server:
-            host = str(server[0])
+        host = primary_address(6 if ":" in host else 4) or (str(server[0]) if server else host)
     return HostInfo(socket.gethostname(), host, int(port), host_interfaces(), protocol=scheme)
 
 
