@@ -176,3 +176,42 @@ def test_connection_api_routes_activations_and_media(tmp_path: Path) -> None:
         bulk = api.post(f"{V}/bulk/senders", json=[{"id": senders[0].rstrip("/"), "params": {"master_enable": True}}])
         assert bulk.status_code == 200 and problems(IS05, "bulk-response-schema.json", bulk.json()) == []
         assert bulk.json()[0]["code"] == 200
+
+
+def test_failed_activation_rolls_back_and_master_enable_is_runtime(tmp_path: Path) -> None:
+    in1, out1 = free_udp_port(), free_udp_port()
+    with (
+        running_edge(tmp_path, config=config(in1, out1)) as edge,
+        httpx.Client(base_url=edge.url, timeout=10) as api,
+        UdpSink(out1) as sink,
+    ):
+        sender = f"{V}/single/senders/{ok(api, f'{V}/single/senders/')[0]}"
+        receiver = f"{V}/single/receivers/{ok(api, f'{V}/single/receivers/')[0]}"
+        saved = (edge.config_dir / "config.json").read_text()
+        before = {base: ok(api, f"{base}active") for base in (sender, receiver)}
+        immediate = {"mode": "activate_immediate"}
+        # 192.0.2.1 (TEST-NET-1) is on no interface: binding there fails, so the activation does.
+        for base, leg in ((receiver, {"interface_ip": "192.0.2.1"}), (sender, {"source_ip": "192.0.2.1"})):
+            response = api.patch(f"{base}staged", json={"transport_params": [leg], "activation": immediate})
+            assert response.status_code == 500, response.text
+            assert response.json()["code"] == 500
+            assert ok(api, f"{base}active") == before[base]
+        assert (edge.config_dir / "config.json").read_text() == saved
+        assert arrives(sink, in1)  # the flow and its output run as before
+
+        # master_enable false: the output stops sending (config unchanged), then sends again
+        off = api.patch(f"{sender}staged", json={"master_enable": False, "activation": immediate})
+        assert off.status_code == 200, off.text
+        active = ok(api, f"{sender}active", "sender-response-schema.json")
+        assert active["master_enable"] is False and active["transport_params"][0]["rtp_enabled"] is False
+        assert not arrives(sink, in1)
+        assert api.patch(f"{sender}staged", json={"master_enable": True, "activation": immediate}).status_code == 200
+        assert arrives(sink, in1)
+        # the receiver: the flow stops and lets its port go, then listens again
+        assert api.patch(f"{receiver}staged", json={"master_enable": False, "activation": immediate}).status_code == 200
+        wait_for(lambda: not udp_port_bound(in1), timeout=10)
+        assert ok(api, f"{receiver}active")["transport_params"][0]["rtp_enabled"] is False
+        assert api.patch(f"{receiver}staged", json={"master_enable": True, "activation": immediate}).status_code == 200
+        wait_for(lambda: udp_port_bound(in1), timeout=10)
+        assert arrives(sink, in1)
+        assert (edge.config_dir / "config.json").read_text() == saved

@@ -226,3 +226,56 @@ def test_state_stages_activates_and_schedules() -> None:
     assert active["master_enable"] is False and active["activation"] == act
     assert problems(IS05, "sender-response-schema.json", active) == []
     assert state.staged_body(endpoint, legs)["activation"]["mode"] is None
+
+
+def test_addresses_must_be_ip_literals() -> None:
+    out = flow().outputs[0]
+    with pytest.raises(c.PatchRejected) as info:
+        c.merge_patch(
+            "sender",
+            staged_sender(out),
+            {"transport_params": [{"destination_ip": "not-an-ip"}]},
+            c.sender_constraints(out),
+        )
+    assert info.value.texts == ["transport_params/0/destination_ip: not an IP address"]
+    f = flow()
+    staged = {
+        "sender_id": None,
+        "master_enable": True,
+        "activation": c.idle_activation(),
+        "transport_file": {"data": None, "type": None},
+        "transport_params": c.receiver_legs(f, True),
+    }
+    for leg in ({"multicast_ip": "x"}, {"interface_ip": "10.0.0.300"}):
+        with pytest.raises(c.PatchRejected):
+            c.merge_patch("receiver", staged, {"transport_params": [leg]}, c.receiver_constraints(f))
+    ok = c.merge_patch(
+        "receiver",
+        staged,
+        {"transport_params": [{"interface_ip": "auto", "source_ip": None}]},
+        c.receiver_constraints(f),
+    )
+    assert c.flow_with_legs(f, ok["transport_params"]) == f
+    with pytest.raises(c.PatchRejected):
+        c.merge_patch(
+            "receiver",
+            staged,
+            {"transport_file": {"data": "v=0", "type": "application/sdp"}},
+            c.receiver_constraints(f),
+        )
+
+
+def test_staged_starts_again_from_a_config_changed_elsewhere() -> None:
+    f = flow()
+    out = f.outputs[0]
+    endpoint = c.endpoints(NODE, [f])[ids.sender_id(NODE, "f1", "o1")]
+    state = c.ConnectionState()
+    legs = c.sender_legs(out, True)
+    staged = state.staged_body(endpoint, legs)
+    staged["transport_params"][0]["destination_port"] = 7000
+    state.stage(endpoint, staged)
+    assert state.staged_body(endpoint, c.sender_legs(out, False))["transport_params"][0]["destination_port"] == 7000
+    moved = OUTPUT.validate_python({**out.model_dump(mode="json"), "dest_addr": "10.0.0.9:6500"})
+    assert state.staged_body(endpoint, c.sender_legs(moved, True))["transport_params"][0]["destination_port"] == 6500
+    state.forget_unknown(set())
+    assert state.states == {}

@@ -308,6 +308,18 @@ def _constraint_problems(index: int, leg: Leg, constraints: dict[str, Any]) -> l
     return found
 
 
+def _address_problems(index: int, leg: Leg) -> list[str]:
+    """The ``*_ip`` values must be IP literals, ``auto`` or null (the schemas' ``format`` is not asserted)."""
+    found = []
+    for key, value in leg.items():
+        if key.endswith("_ip") and isinstance(value, str) and value != "auto":
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                found.append(f"transport_params/{index}/{key}: not an IP address")
+    return found
+
+
 def merge_patch(role: Role, staged: dict[str, Any], patch: Any, constraints: list[dict[str, Any]]) -> dict[str, Any]:
     """The staged body after ``patch`` (its ``activation`` kept as sent); PatchRejected if invalid."""
     texts = problems(IS05, f"{role}-stage-schema.json", patch)
@@ -329,6 +341,7 @@ def merge_patch(role: Role, staged: dict[str, Any], patch: Any, constraints: lis
         found = []
         for index, (leg, limits) in enumerate(zip(legs, constraints, strict=True)):
             found += _constraint_problems(index, leg, limits)
+            found += _address_problems(index, leg)
             merged["transport_params"][index].update(leg)
         if found:
             raise PatchRejected(found)
@@ -446,6 +459,10 @@ def sender_sdp(output: RtpOutput, sender_id: str, session_version: int) -> str:
 # --------------------------------------------------------------------------- state
 
 
+def _config_part(legs: list[Leg]) -> list[Leg]:
+    return [{key: value for key, value in leg.items() if key != "rtp_enabled"} for leg in legs]
+
+
 def idle_activation() -> dict[str, Any]:
     return {"mode": None, "requested_time": None, "activation_time": None}
 
@@ -461,6 +478,7 @@ class Pending:
 @dataclass
 class EndpointState:
     staged: dict[str, Any] | None = None  # None: equal to active (nothing staged yet)
+    base: list[Leg] | None = None  # the active legs when ``staged`` was made (rtp_enabled left out)
     master_enable: bool = True
     peer: str | None = None  # receiver_id of a sender, sender_id of a receiver (active)
     activation: dict[str, Any] = field(default_factory=idle_activation)  # of the last activation
@@ -490,10 +508,11 @@ class ConnectionState:
 
     def staged_body(self, endpoint: Endpoint, legs: list[Leg]) -> dict[str, Any]:
         state = self.of(endpoint.id)
-        if state.staged is None or len(state.staged["transport_params"]) != len(legs):
+        if state.staged is None or (state.pending is None and state.base != _config_part(legs)):
+            # Nothing staged yet, or the config changed from outside (REST API, manager): start again from it.
             body = self.active_body(endpoint, legs)
             body["activation"] = idle_activation()
-            state.staged = body
+            state.staged, state.base = body, _config_part(legs)
         body = copy.deepcopy(state.staged)
         if state.pending is not None:
             body["activation"] = copy.deepcopy(state.pending.body["activation"])
@@ -503,6 +522,10 @@ class ConnectionState:
         staged = copy.deepcopy(body)
         staged["activation"] = idle_activation()
         self.of(endpoint.id).staged = staged
+
+    def rebase(self, endpoint: Endpoint, legs: list[Leg]) -> None:
+        """After an activation: the staged body stays as activated, measured against the new active legs."""
+        self.of(endpoint.id).base = _config_part(legs)
 
     def activated(self, endpoint: Endpoint, body: dict[str, Any], activation: dict[str, Any]) -> None:
         """Record an applied activation: ``active`` shows its peer, master_enable and times."""

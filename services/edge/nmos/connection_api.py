@@ -56,6 +56,9 @@ class Connections:
     state: c.ConnectionState = field(default_factory=c.ConnectionState)
     lock: trio.Lock = field(default_factory=trio.Lock)
     scopes: dict[str, trio.CancelScope] = field(default_factory=dict)
+    # Senders being hot-swapped (remove, then add): the output shown meanwhile, so that the sender
+    # does not vanish from the API between the two steps.
+    swapping: dict[str, tuple[c.Endpoint, OutputConfig]] = field(default_factory=dict)
 
 
 class Locked(errors.ApplianceError):
@@ -120,7 +123,11 @@ def _endpoints() -> dict[str, c.Endpoint]:
     config = _service().config
     if config.node_id is None:
         return {}
-    return c.endpoints(config.node_id, config.flows)
+    found = c.endpoints(config.node_id, config.flows)
+    for endpoint_id, (endpoint, _) in _connections().swapping.items():
+        found.setdefault(endpoint_id, endpoint)
+    _connections().state.forget_unknown(set(found))  # deleted flows and outputs leave no state behind
+    return found
 
 
 def _find(role_path: str, endpoint_id: str) -> c.Endpoint:
@@ -134,6 +141,8 @@ def _find(role_path: str, endpoint_id: str) -> c.Endpoint:
 def _config_of(endpoint: c.Endpoint) -> tuple[FlowConfig, OutputConfig | None]:
     flow = _service().flow(endpoint.flow_id)
     output = flow.output(endpoint.output_id) if endpoint.output_id else None
+    if endpoint.output_id and output is None and endpoint.id in _connections().swapping:
+        output = _connections().swapping[endpoint.id][1]
     return flow, output
 
 
@@ -273,6 +282,7 @@ async def _patch(endpoint: c.Endpoint, patch: Any) -> tuple[int, dict[str, Any]]
         async with conns.lock:
             await _apply(endpoint, merged)
         state.activated(endpoint, merged, answer)
+        state.rebase(endpoint, _legs(endpoint))
         return 200, {**merged, "activation": answer}
     state.stage(endpoint, merged)
     st.pending = c.Pending(due, {**merged, "activation": answer})
@@ -312,6 +322,10 @@ async def _scheduled(app: Any, endpoint: c.Endpoint, scope: trio.CancelScope) ->
             st.pending = None
             return
         conns.state.activated(endpoint, pending.body, pending.body["activation"])
+        try:
+            conns.state.rebase(endpoint, _legs(endpoint))
+        except errors.ApplianceError:  # the flow or output was deleted meanwhile
+            pass
 
 
 async def _apply(endpoint: c.Endpoint, body: dict[str, Any]) -> None:
@@ -321,14 +335,18 @@ async def _apply(endpoint: c.Endpoint, body: dict[str, Any]) -> None:
     flow, output = _config_of(endpoint)
     new_flow, new_output = _mapped(endpoint, body)
     enable = bool(body.get("master_enable", True))
+    swapping = _connections().swapping
     try:
         if output is not None and new_output is not None:
+            swapping[endpoint.id] = (endpoint, output)
             await _apply_sender(service, flow.id, output, new_output, enable, st.master_enable)
         else:
             await _apply_receiver(service, flow, new_flow, enable, st.master_enable)
     except (errors.ApplianceError, EngineError) as exc:
         message = exc.message if isinstance(exc, errors.ApplianceError) else str(exc)
         raise errors.Internal(f"activation failed, the previous parameters stay: {message}") from exc
+    finally:
+        swapping.pop(endpoint.id, None)
 
 
 async def _apply_sender(
@@ -356,11 +374,14 @@ async def _apply_receiver(
     service: EdgeService, old: FlowConfig, new: FlowConfig, enable: bool, was_enabled: bool
 ) -> None:
     if new != old:
+        was_running = service.engine.is_running(old.id)
         try:
             await service.update_flow(old.id, new)  # persists; a running flow restarts
         except errors.ApplianceError:
             try:
                 await service.update_flow(old.id, old)
+                if was_running and not service.engine.is_running(old.id):
+                    await service.restart_flow(old.id)  # the failed start left it stopped
             except errors.ApplianceError as again:
                 _log.error("IS-05 rollback of flow %s failed: %s", old.id, again.message)
             raise
