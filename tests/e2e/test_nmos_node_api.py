@@ -143,10 +143,14 @@ def test_every_route_and_body(anon: httpx.Client) -> None:
     assert senders[ids.sender_id(NODE, "cam1", "o-udp")]["manifest_href"] is None
     receivers = {r["id"]: r for r in found["receivers"]}
     assert receivers[ids.receiver_id(NODE, "cam2")]["subscription"]["active"] is False
-    wait_for(
-        lambda: anon.get(f"{BASE}/receivers/{ids.receiver_id(NODE, 'cam1')}").json()["subscription"]["active"],
-        timeout=20,
-    )
+    assert senders[ids.sender_id(NODE, "cam2", "o-srt")]["subscription"]["active"] is False
+    # The running flow's receiver and its outputs' senders turn active (once the outputs run).
+    for path in (
+        f"{BASE}/receivers/{ids.receiver_id(NODE, 'cam1')}",
+        f"{BASE}/senders/{ids.sender_id(NODE, 'cam1', 'o-rtp')}",
+        f"{BASE}/senders/{ids.sender_id(NODE, 'cam1', 'o-udp')}",
+    ):
+        wait_for(lambda path=path: anon.get(path).json()["subscription"]["active"], timeout=20)
 
 
 def test_options_and_cors(anon: httpx.Client) -> None:
