@@ -199,6 +199,20 @@ def test_failed_activation_rolls_back_and_master_enable_is_runtime(tmp_path: Pat
         assert (edge.config_dir / "config.json").read_text() == saved
         assert arrives(sink, in1)  # the flow and its output run as before
 
+        # "auto" resolves to the current values: active never shows it (AMWA IS-05-01 11_02 / 12_02)
+        for base, keys in (
+            (sender, ("source_ip", "destination_ip", "source_port", "destination_port")),
+            (receiver, ("interface_ip", "destination_port")),
+        ):
+            response = api.patch(
+                f"{base}staged", json={"transport_params": [dict.fromkeys(keys, "auto")], "activation": immediate}
+            )
+            assert response.status_code == 200, response.text
+            now = ok(api, f"{base}active")
+            assert now["transport_params"] == before[base]["transport_params"]
+            assert now["activation"]["mode"] == "activate_immediate"
+        assert (edge.config_dir / "config.json").read_text() == saved
+
         # master_enable false: the output stops sending (config unchanged), then sends again
         off = api.patch(f"{sender}staged", json={"master_enable": False, "activation": immediate})
         assert off.status_code == 200, off.text

@@ -112,7 +112,7 @@ def test_constraints_name_every_staged_key_per_leg() -> None:
     assert len(rcons) == 2 and set(rcons[0]) == set(c.receiver_legs(flow(), True)[0])
     srt = flow().outputs[1]
     pinned = c.sender_constraints(srt)[0]
-    assert pinned["source_port"] == {"enum": [9000]} and pinned["rtp_enabled"] == {}
+    assert pinned["source_port"] == {"enum": [9000, "auto"]} and pinned["rtp_enabled"] == {}
 
 
 def staged_sender(out: OutputConfig) -> dict[str, Any]:
@@ -279,3 +279,62 @@ def test_staged_starts_again_from_a_config_changed_elsewhere() -> None:
     assert state.staged_body(endpoint, c.sender_legs(moved, True))["transport_params"][0]["destination_port"] == 6500
     state.forget_unknown(set())
     assert state.states == {}
+
+
+OTHER_OUTPUTS = [
+    {
+        "type": "srt",
+        "id": "a",
+        "name": "a",
+        "mode": "caller",
+        "local_addr": "0.0.0.0:0",
+        "remote_addr": "srt.example.net:9000",
+    },
+    {"type": "srt", "id": "b", "name": "b", "mode": "listener", "local_addr": "0.0.0.0:9001"},
+    {"type": "rtmp", "id": "c", "name": "c", "dest_url": "rtmp://live.example.net/app", "stream_key": "k"},
+    {"type": "hls", "id": "d", "name": "d", "ingest_url": "https://10.0.0.5:8443/in"},
+    {"type": "webrtc", "id": "e", "name": "e", "whip_url": "https://whip.example.net/x", "bearer_token": "t"},
+    {"type": "webrtc", "id": "f", "name": "f", "mode": "whep_server"},
+]
+OTHER_INPUTS = [
+    {"type": "srt", "mode": "caller", "local_addr": "0.0.0.0:0", "remote_addr": "10.0.0.4:9000"},
+    {"type": "srt", "mode": "listener", "local_addr": "0.0.0.0:9000"},
+    {"type": "rtmp", "listen_addr": "0.0.0.0:1935"},
+    {"type": "rtsp", "rtsp_url": "rtsp://cam.example.net/s"},
+    {"type": "webrtc"},
+    {"type": "whep", "whep_url": "https://10.0.0.3/whep"},
+    {"type": "udp", "bind_addr": "239.1.1.1:5000"},
+]
+
+
+@pytest.mark.parametrize("data", OTHER_OUTPUTS, ids=lambda d: f"{d['type']}-{d['id']}")
+def test_other_sender_kinds_are_valid_pinned_and_never_auto(data: dict[str, Any]) -> None:
+    out = OUTPUT.validate_python(data)
+    legs = c.sender_legs(out, True)
+    body = {"receiver_id": None, "master_enable": True, "activation": c.idle_activation(), "transport_params": legs}
+    assert problems(IS05, "sender-response-schema.json", body) == []
+    assert all("auto" not in leg.values() for leg in legs)
+    cons = c.sender_constraints(out)
+    assert [set(x) for x in cons] == [set(leg) for leg in legs]
+    auto = {"transport_params": [{k: "auto" for k in leg if k != "rtp_enabled"} for leg in legs]}
+    merged = c.merge_patch("sender", body, auto, cons)
+    assert c.output_with_legs(out, merged["transport_params"]) == out
+    key = next(iter(legs[0]))
+    with pytest.raises(c.PatchRejected):
+        c.merge_patch("sender", body, {"transport_params": [{key: "10.9.9.9"}]}, cons)
+
+
+@pytest.mark.parametrize("data", OTHER_INPUTS, ids=lambda d: str(d["type"]))
+def test_other_receiver_kinds_are_valid_and_never_auto(data: dict[str, Any]) -> None:
+    f = FlowConfig.model_validate({"id": "f", "name": "f", "input": data})
+    legs = c.receiver_legs(f, False)
+    body = {
+        "sender_id": None,
+        "master_enable": True,
+        "activation": c.idle_activation(),
+        "transport_file": {"data": None, "type": None},
+        "transport_params": legs,
+    }
+    assert problems(IS05, "receiver-response-schema.json", body) == []
+    assert all("auto" not in leg.values() for leg in legs)
+    assert [set(x) for x in c.receiver_constraints(f)] == [set(leg) for leg in legs]

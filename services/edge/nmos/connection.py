@@ -121,14 +121,20 @@ def _is_multicast(host: str) -> bool:
         return False
 
 
-def _ip_or_auto(host: str | None) -> str:
+def _ip_or_none(host: str | None) -> str | None:
+    """``host`` when it is an IP literal, else None (a hostname, or no address)."""
     if host is None:
-        return "auto"
+        return None
     try:
         ipaddress.ip_address(host)
     except ValueError:
-        return "auto"
+        return None
     return host
+
+
+def _ip_or_any(host: str | None) -> str:
+    """``host`` when it is an IP literal, else ``0.0.0.0``: ``active`` never shows ``auto`` (IS-05-01)."""
+    return _ip_or_none(host) or "0.0.0.0"
 
 
 def _url_host_port(url: str) -> tuple[str | None, int]:
@@ -138,6 +144,14 @@ def _url_host_port(url: str) -> tuple[str | None, int]:
     except ValueError:
         port = None
     return parts.hostname, port or _DEFAULT_PORTS.get(parts.scheme, 80)
+
+
+def _ws_uri(url: str | None) -> str | None:
+    return url if url is not None and url.startswith(("ws://", "wss://")) else None
+
+
+def _auth(config: Any) -> bool:
+    return getattr(config, "bearer_token", None) is not None
 
 
 def _rtp_sender_leg(dest_addr: str, bind_addr: str | None, interface_addr: str | None, enabled: bool) -> Leg:
@@ -164,10 +178,11 @@ def sender_legs(output: OutputConfig, enabled: bool) -> list[Leg]:
         srt_legs = [output] + ([output.redundancy] if output.redundancy is not None else [])
         return [
             {
-                "source_ip": _ip_or_auto(_host(leg.local_addr)),
-                "destination_ip": _ip_or_auto(_host(leg.remote_addr) if leg.remote_addr else None),
+                "source_ip": _host(leg.local_addr),
+                "destination_ip": _ip_or_any(_host(leg.remote_addr) if leg.remote_addr else None),
                 "source_port": _port(leg.local_addr),
-                "destination_port": _port(leg.remote_addr) if leg.remote_addr else "auto",
+                # a listener has no destination: the port its callers reach
+                "destination_port": _port(leg.remote_addr) if leg.remote_addr else _port(leg.local_addr),
                 "rtp_enabled": enabled,
             }
             for leg in srt_legs
@@ -176,16 +191,16 @@ def sender_legs(output: OutputConfig, enabled: bool) -> list[Leg]:
         host, port = _url_host_port(output.dest_url if output.type == "rtmp" else output.ingest_url)
         return [
             {
-                "source_ip": "auto",
-                "destination_ip": _ip_or_auto(host),
-                "source_port": "auto",
+                "source_ip": "0.0.0.0",
+                "destination_ip": _ip_or_any(host),
+                "source_port": 0,
                 "destination_port": port,
                 "rtp_enabled": enabled,
             }
         ]
-    # webrtc (urn:x-nmos:transport:websocket)
-    url = getattr(output, "whip_url", None)
-    return [{"connection_uri": url, "connection_authorization": getattr(output, "bearer_token", None) is not None}]
+    # webrtc (urn:x-nmos:transport:websocket): its WHIP/WHEP URL is http(s), which the schema's
+    # connection_uri (ws:// or wss://) cannot carry, so connection_uri is null ("not configured").
+    return [{"connection_uri": _ws_uri(getattr(output, "whip_url", None)), "connection_authorization": _auth(output)}]
 
 
 def _rtp_receiver_leg(bind_addr: str, interface_addr: str | None, source: str | None, enabled: bool) -> Leg:
@@ -215,10 +230,11 @@ def receiver_legs(flow: FlowConfig, enabled: bool) -> list[Leg]:
         srt_legs = [source] + ([source.redundancy] if source.redundancy is not None else [])
         return [
             {
-                "source_ip": _ip_or_auto(_host(leg.remote_addr)) if leg.remote_addr else None,
+                "source_ip": _ip_or_none(_host(leg.remote_addr)) if leg.remote_addr else None,
                 "multicast_ip": None,
-                "interface_ip": _ip_or_auto(_host(leg.local_addr)),
-                "destination_port": _port(leg.local_addr) or "auto",
+                "interface_ip": _host(leg.local_addr),
+                # a caller's local port may be 0 (ephemeral): then the port it connects to
+                "destination_port": _port(leg.local_addr) or _port(leg.remote_addr or leg.local_addr),
                 "rtp_enabled": enabled,
             }
             for leg in srt_legs
@@ -234,26 +250,41 @@ def receiver_legs(flow: FlowConfig, enabled: bool) -> list[Leg]:
             }
         ]
     if source.type == "rtsp":
-        host, _ = _url_host_port(source.rtsp_url)
+        host, port = _url_host_port(source.rtsp_url)
         return [
             {
-                "source_ip": None if host is None or _ip_or_auto(host) == "auto" else host,
+                "source_ip": _ip_or_none(host),
                 "multicast_ip": None,
-                "interface_ip": "auto",
-                "destination_port": "auto",
+                "interface_ip": "0.0.0.0",
+                "destination_port": port,
                 "rtp_enabled": enabled,
             }
         ]
-    url = getattr(source, "whep_url", None)  # webrtc (WHIP server) has none
-    return [{"connection_uri": url, "connection_authorization": getattr(source, "bearer_token", None) is not None}]
+    # webrtc (a WHIP server) has no URL of its own; whep's is http(s): see sender_legs
+    return [{"connection_uri": _ws_uri(getattr(source, "whep_url", None)), "connection_authorization": _auth(source)}]
 
 
 # --------------------------------------------------------------------------- constraints
 
 
+_AUTO_KEYS: Final = frozenset(
+    {"source_ip", "destination_ip", "source_port", "destination_port", "interface_ip", "connection_uri"}
+    | {"connection_authorization"}
+)
+
+
 def _pinned(legs: list[Leg]) -> list[dict[str, Any]]:
-    """Every key of every leg pinned to its current value (``rtp_enabled`` stays free: it is runtime)."""
-    return [{key: ({} if key == "rtp_enabled" else {"enum": [value]}) for key, value in leg.items()} for leg in legs]
+    """Every key of every leg pinned to its current value (``rtp_enabled`` stays free: it is runtime).
+
+    Where the schema allows ``auto``, the enum takes it too: it resolves to the current value.
+    """
+    return [
+        {
+            key: {} if key == "rtp_enabled" else {"enum": [value, "auto"] if key in _AUTO_KEYS else [value]}
+            for key, value in leg.items()
+        }
+        for leg in legs
+    ]
 
 
 def sender_constraints(output: OutputConfig) -> list[dict[str, Any]]:
