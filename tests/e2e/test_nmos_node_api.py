@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from services.edge.nmos import ids
-from services.edge.nmos.node_api import primary_address
+from services.edge.nmos.node_api import host_addresses, primary_address
 from services.edge.nmos.schemas import IS04, problems
 from tests.helpers.edge import Edge, auth_section, free_udp_port, running_edge, wait_for
 
@@ -220,4 +220,9 @@ def test_listening_on_every_address_advertises_a_stable_host(tmp_path: Path) -> 
             assert endpoint["port"] == wild.port
             assert endpoint["host"] in {primary_address(4), "127.0.0.1"}
             assert first["href"] == f"http://{endpoint['host']}:{wild.port}/"
+            # Every address of the host is an endpoint, so a client finds the one it used.
+            hosts = [e["host"] for e in first["api"]["endpoints"]]
+            assert set(host_addresses(4)) <= set(hosts)
+            assert len(hosts) == len(set(hosts))
+            assert {e["port"] for e in first["api"]["endpoints"]} == {wild.port}
             assert client.get(f"{BASE}/self/").json()["version"] == first["version"]

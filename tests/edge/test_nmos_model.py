@@ -12,7 +12,7 @@ from appliance.models.config import AppConfig
 from appliance.models.kinds import INPUT_KINDS, OUTPUT_KINDS
 from services.edge.nmos import ids
 from services.edge.nmos.model import HostInfo, Interface, Running, VersionTracker, build_resources
-from services.edge.nmos.node_api import host_interfaces, primary_address
+from services.edge.nmos.node_api import host_addresses, host_interfaces, primary_address
 from services.edge.nmos.schemas import IS04, problems
 from services.edge.nmos.tai import format_tai, tai_ns
 
@@ -256,3 +256,25 @@ def test_primary_address_is_an_ip_or_none() -> None:
     for family in (4, 6):
         found = primary_address(family)
         assert found is None or ipaddress.ip_address(found).version == family
+
+
+def test_other_hosts_are_more_endpoints_once_each() -> None:
+    host = HostInfo("edge-1", "192.0.2.10", 8080, other_hosts=("192.0.2.10", "198.51.100.7", "2001:db8::7"))
+    node = build_resources(config(), RUNNING, host, version="1").node
+    assert [e["host"] for e in node["api"]["endpoints"]] == ["192.0.2.10", "198.51.100.7", "2001:db8::7"]
+    assert node["href"] == "http://192.0.2.10:8080/"
+    assert problems(IS04, "node.json", {**node, "version": "1:0"}) == []
+
+
+def test_host_addresses(tmp_path: Path) -> None:
+    inet6 = tmp_path / "if_inet6"
+    inet6.write_text(
+        "00000000000000000000000000000001 01 80 10 80       lo\n"
+        "fe8000000000000000fc00fffe000001 04 40 20 80     eth0\n"
+        "20010db8000000000000000000000002 04 40 00 80     eth0\n"
+    )
+    assert host_addresses(6, inet6) == ["2001:db8::2"]
+    assert host_addresses(6, tmp_path / "missing") == []
+    for address in host_addresses(4):  # this host's: IPv4, neither loopback nor link-local
+        parsed = ipaddress.ip_address(address)
+        assert parsed.version == 4 and not parsed.is_loopback and not parsed.is_link_local

@@ -59,6 +59,7 @@ class HostInfo:
     api_port: int
     interfaces: tuple[Interface, ...] = ()
     protocol: str = "http"
+    other_hosts: tuple[str, ...] = ()  # more addresses the API answers on (a wildcard listener)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +139,8 @@ def build_resources(config: AppConfig, running: Running, host: HostInfo, *, vers
         "api": {
             "versions": ["v1.3"],
             "endpoints": [
-                {"host": host.api_host, "port": host.api_port, "protocol": host.protocol, "authorization": False}
+                {"host": api_host, "port": host.api_port, "protocol": host.protocol, "authorization": False}
+                for api_host in dict.fromkeys((host.api_host, *host.other_hosts))
             ],
         },
         "services": [],

@@ -13,9 +13,11 @@ a 405, a 413...) is rewritten, so no catch-all route shadows the Connection API'
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -34,13 +36,15 @@ from services.edge.nmos.model import (
     build_resources,
 )
 
-__all__ = ["bp", "error_response", "host_interfaces", "nmos_resources", "primary_address"]
+__all__ = ["bp", "error_response", "host_addresses", "host_interfaces", "nmos_resources", "primary_address"]
 
 bp = Blueprint("nmos_node", __name__)
 _View = Callable[..., Awaitable[Response]]
 
 TRACKER_KEY: Final = "NMOS_VERSION_TRACKER"
 SYS_NET: Final = Path("/sys/class/net")
+PROC_INET6: Final = Path("/proc/net/if_inet6")
+_SIOCGIFADDR: Final = 0x8915
 _ARPHRD_LOOPBACK: Final = "772"
 _IDLE_OUTPUT_STATES: Final = frozenset({"idle", "stopped", "failed", "error"})
 CORS_HEADERS: Final = {
@@ -74,6 +78,32 @@ def host_interfaces(sys_net: Path = SYS_NET) -> tuple[Interface, ...]:
     return tuple(found)
 
 
+def host_addresses(family: int = 4, proc_inet6: Path = PROC_INET6) -> list[str]:
+    """The host's global addresses: IPv4 (one per interface, ``SIOCGIFADDR``) or IPv6
+    (``/proc/net/if_inet6``, global scope), loopback and link-local left out."""
+    found: list[str] = []
+    if family == 6:
+        try:
+            lines = proc_inet6.read_text().splitlines()
+        except OSError:
+            return []
+        for line in lines:
+            fields = line.split()
+            if len(fields) >= 6 and fields[3] == "00":  # scope: global
+                found.append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
+        return found
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address on it
+                continue
+            address = ipaddress.IPv4Address(packed[20:24])
+            if not address.is_loopback and not address.is_link_local:
+                found.append(str(address))
+    return found
+
+
 def primary_address(family: int = 4) -> str | None:
     """The local address of the default route (a UDP ``connect`` to a documentation address
     only looks the route up; nothing is sent), None without one."""
@@ -93,12 +123,16 @@ def _host_info() -> HostInfo:
         wildcard = ipaddress.ip_address(host).is_unspecified
     except ValueError:
         wildcard = False
+    others: tuple[str, ...] = ()
     if wildcard:
-        # Listening on every address: advertise the host's primary one (stable, so the node's
-        # version does not move with the client), else the one this client reached.
+        # Listening on every address: the href is the host's primary address (stable, so the
+        # node's version does not move with the client), else the one this client reached; the
+        # endpoints list every address of the host, so a client finds the one it used.
+        families = (6, 4) if ":" in host else (4,)  # "::" is dual-stack
         server = request.scope.get("server")
-        host = primary_address(6 if ":" in host else 4) or (str(server[0]) if server else host)
-    return HostInfo(socket.gethostname(), host, int(port), host_interfaces(), protocol=scheme)
+        host = primary_address(families[0]) or (str(server[0]) if server else host)
+        others = tuple(address for family in families for address in host_addresses(family))
+    return HostInfo(socket.gethostname(), host, int(port), host_interfaces(), protocol=scheme, other_hosts=others)
 
 
 def _running() -> Running:
