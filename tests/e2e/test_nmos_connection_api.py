@@ -172,10 +172,39 @@ def test_connection_api_routes_activations_and_media(tmp_path: Path) -> None:
         assert api.patch(f"{sender}staged", json={"master_enable": True}).status_code == 200
         assert ok(api, f"{sender}active")["transport_params"][0]["destination_port"] == out3
 
+        # ---- scheduled absolute activation (TAI = UTC + 37 s), staged through the bulk route
+        due = time.time_ns() + 37 * 10**9 + 10**9
+        bulk = api.post(
+            f"{V}/bulk/senders",
+            json=[
+                {
+                    "id": senders[0].rstrip("/"),
+                    "params": {
+                        "transport_params": [{"destination_port": out1}],
+                        "activation": {
+                            "mode": "activate_scheduled_absolute",
+                            "requested_time": f"{due // 10**9}:{due % 10**9}",
+                        },
+                    },
+                },
+                {"id": "00000000-0000-4000-8000-000000000000", "params": {}},
+            ],
+        )
+        assert bulk.status_code == 200 and problems(IS05, "bulk-response-schema.json", bulk.json()) == []
+        assert [item["code"] for item in bulk.json()] == [202, 404]
+        assert ok(api, f"{sender}active")["transport_params"][0]["destination_port"] == out3
+        wait_for(
+            lambda: ok(api, f"{sender}active")["transport_params"][0]["destination_port"] == out1,
+            timeout=10,
+        )
+        assert ok(api, f"{sender}active")["activation"]["mode"] == "activate_scheduled_absolute"
+        assert arrives(sink1, in2)
+
         # ---- bulk
-        bulk = api.post(f"{V}/bulk/senders", json=[{"id": senders[0].rstrip("/"), "params": {"master_enable": True}}])
+        bulk = api.post(f"{V}/bulk/receivers", json=[{"id": receivers[0].rstrip("/"), "params": {"sender_id": None}}])
         assert bulk.status_code == 200 and problems(IS05, "bulk-response-schema.json", bulk.json()) == []
         assert bulk.json()[0]["code"] == 200
+        assert api.post(f"{V}/bulk/receivers", json={"not": "a list"}).status_code == 400
 
 
 def test_failed_activation_rolls_back_and_master_enable_is_runtime(tmp_path: Path) -> None:

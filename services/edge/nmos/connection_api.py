@@ -258,20 +258,20 @@ async def _patch(endpoint: c.Endpoint, patch: Any) -> tuple[int, dict[str, Any]]
     state = conns.state
     st = state.of(endpoint.id)
     legs = _legs(endpoint)
-    current = state.staged_body(endpoint, legs)
     activation = patch.get("activation") if isinstance(patch, dict) else None
     mode = activation.get("mode") if isinstance(activation, dict) else None
     if st.pending is not None:
-        if isinstance(activation, dict) and "mode" in activation and mode is None:
-            problems_found = problems(IS05, f"{endpoint.role}-stage-schema.json", patch)
-            if problems_found:
-                raise c.PatchRejected(problems_found)
-            scope = conns.scopes.pop(endpoint.id, None)
-            if scope is not None:
-                scope.cancel()
-            st.pending = None
-            return 200, state.staged_body(endpoint, legs)
-        raise Locked("a scheduled activation is pending; cancel it with activation.mode null")
+        if not (isinstance(activation, dict) and "mode" in activation and mode is None):
+            raise Locked("a scheduled activation is pending; cancel it with activation.mode null")
+        found = problems(IS05, f"{endpoint.role}-stage-schema.json", patch)
+        if found:
+            raise c.PatchRejected(found)
+        # Cancel it; the rest of this PATCH is staged as usual below.
+        scope = conns.scopes.pop(endpoint.id, None)
+        if scope is not None:
+            scope.cancel()
+        st.pending = None
+    current = state.staged_body(endpoint, legs)
     merged = c.merge_patch(endpoint.role, current, patch, _constraints(endpoint))
     _mapped(endpoint, merged)  # the config rules hold before anything is staged (400 otherwise)
     if mode is None:
