@@ -1,7 +1,8 @@
 """IS-05 v1.1 Connection API (``/x-nmos/connection/v1.1/``, interop.md 5).
 
-Public (no auth), CORS ``*``, NMOS error bodies ``{code, error, debug}``, every collection with and
-without a trailing slash. The rules live in ``connection`` (sans-IO); this module does the IO:
+Public (no auth), NMOS error bodies ``{code, error, debug}``, every collection with and without a
+trailing slash. CORS (``*``) and OPTIONS come from the app-wide ``/x-nmos/`` hook of ``node_api``.
+The rules live in ``connection`` (sans-IO); this module does the IO:
 
 - ``activate_immediate`` applies at once: a sender's output is hot-swapped (remove, then add), a
   receiver's flow is updated and restarted, both through ``EdgeService`` (which persists the config);
@@ -88,16 +89,6 @@ def _json(data: Any, status: int = 200) -> Response:
 
 def _error(code: int, error: str, debug: str | None = None) -> Response:
     return _json({"code": code, "error": error, "debug": debug}, code)
-
-
-@bp.after_request
-async def _cors(response: Response) -> Response:
-    if request.path.startswith(BASE):
-        response.headers["Access-Control-Allow-Origin"] = "*"
-        response.headers["Access-Control-Allow-Methods"] = "GET, PUT, POST, PATCH, HEAD, OPTIONS, DELETE"
-        response.headers["Access-Control-Allow-Headers"] = "Content-Type, Accept"
-        response.headers["Access-Control-Max-Age"] = "3600"
-    return response
 
 
 @bp.errorhandler(errors.ApplianceError)
