@@ -208,11 +208,12 @@ def test_connection_api_routes_activations_and_media(tmp_path: Path) -> None:
 
 
 def test_failed_activation_rolls_back_and_master_enable_is_runtime(tmp_path: Path) -> None:
-    in1, out1 = free_udp_port(), free_udp_port()
+    in1, out1, out2 = free_udp_port(), free_udp_port(), free_udp_port()
     with (
         running_edge(tmp_path, config=config(in1, out1)) as edge,
         httpx.Client(base_url=edge.url, timeout=10) as api,
         UdpSink(out1) as sink,
+        UdpSink(out2) as sink2,
     ):
         sender = f"{V}/single/senders/{ok(api, f'{V}/single/senders/')[0]}"
         receiver = f"{V}/single/receivers/{ok(api, f'{V}/single/receivers/')[0]}"
@@ -248,8 +249,20 @@ def test_failed_activation_rolls_back_and_master_enable_is_runtime(tmp_path: Pat
         active = ok(api, f"{sender}active", "sender-response-schema.json")
         assert active["master_enable"] is False and active["transport_params"][0]["rtp_enabled"] is False
         assert not arrives(sink, in1)
-        assert api.patch(f"{sender}staged", json={"master_enable": True, "activation": immediate}).status_code == 200
+        # parked, it can still be moved (to out2), and it starts sending there when enabled again
+        moved = api.patch(
+            f"{sender}staged", json={"transport_params": [{"destination_port": out2}], "activation": immediate}
+        )
+        assert moved.status_code == 200, moved.text
+        assert ok(api, f"{sender}active")["transport_params"][0]["rtp_enabled"] is False
+        assert not arrives(sink2, in1) and not arrives(sink, in1)
+        back = api.patch(
+            f"{sender}staged",
+            json={"master_enable": True, "transport_params": [{"destination_port": out1}], "activation": immediate},
+        )
+        assert back.status_code == 200, back.text
         assert arrives(sink, in1)
+        assert (edge.config_dir / "config.json").read_text() == saved
         # the receiver: the flow stops and lets its port go, then listens again
         assert api.patch(f"{receiver}staged", json={"master_enable": False, "activation": immediate}).status_code == 200
         wait_for(lambda: not udp_port_bound(in1), timeout=10)

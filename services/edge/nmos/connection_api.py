@@ -344,14 +344,21 @@ async def _apply_sender(
     service: EdgeService, flow_id: str, old: OutputConfig, new: OutputConfig, enable: bool, was_enabled: bool
 ) -> None:
     if new != old:
+        parked = not was_enabled and service.engine.is_running(flow_id)
+        if parked:
+            # The engine does not run a parked output, but the service's swap removes it from the
+            # engine first: put it back for the swap (it may send until the removal, milliseconds).
+            await service.engine.add_output(flow_id, old)
         await service.remove_output(flow_id, old.id)
         try:
             await service.add_output(flow_id, new)
         except errors.ApplianceError:
             try:
                 await service.add_output(flow_id, old)  # roll back to the previous output
-            except errors.ApplianceError as again:
-                _log.error("IS-05 rollback of output %s/%s failed: %s", flow_id, old.id, again.message)
+                if parked:
+                    await service.engine.remove_output(flow_id, old.id)  # and parked as it was
+            except (errors.ApplianceError, EngineError) as again:
+                _log.error("IS-05 rollback of output %s/%s failed: %s", flow_id, old.id, again)
             raise
         was_enabled = True  # add_output put it on the engine again when the flow runs
     if service.engine.is_running(flow_id):
