@@ -49,6 +49,7 @@ from services.edge.engine.supervisor import WORKER_NICE, WORKER_REALTIME, Engine
 from services.edge.events import EventBus
 from services.edge.lifecycle import FlowLifecycle, Trigger
 from services.edge.manager_link import EdgeLinkHost
+from services.edge.nmos.node import NmosNode
 from services.edge.stats import StatsAggregator
 from services.edge.tunnels.supervisor import TunnelError, TunnelSupervisor
 
@@ -154,6 +155,8 @@ class EdgeService:
         self.tunnel_supervisor = TunnelSupervisor(
             on_event=self.events.publish, software_version=version, log_level=log_level, runner=tunnel_runner
         )
+        self.nmos = NmosNode(self)
+        """IS-04/IS-05 resources (one version tracker from boot) and registration (issue 17)."""
         self._lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
         self.snapshot_listeners: list[Callable[[StatsSnapshot], None]] = []
@@ -189,6 +192,7 @@ class EdgeService:
             nursery.start_soon(self._start_tunnels_at_boot)
             nursery.start_soon(self._tick)
             nursery.start_soon(self.manager_link.run)
+            await nursery.start(self.nmos.run)
             task_status.started()
             try:
                 await trio.sleep_forever()

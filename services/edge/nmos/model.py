@@ -127,7 +127,8 @@ def build_resources(config: AppConfig, running: Running, host: HostInfo, *, vers
     node_uuid = config.node_id
     node_id = str(node_uuid)
     device_id = ids.device_id(node_uuid)
-    label = config.device_name or host.hostname
+    nmos_label = config.nmos.label if config.nmos is not None else None
+    label = nmos_label or config.device_name or host.hostname
     bindings = [host.interfaces[0].name] if host.interfaces else []
     base = _base(host)
 

@@ -2,7 +2,8 @@
 
 Public routes (edge-http-interface.md 5.3): nothing here uses the API's ``guarded``. Each
 request builds the resources from the service's config and running state
-(``services.edge.nmos.model``); the ``VersionTracker`` in ``app.config`` stamps the versions.
+(``services.edge.nmos.model``) through the service's ``NmosNode`` (``services.edge.nmos.node``),
+whose ``VersionTracker`` (started at boot) stamps the versions.
 
 Every route answers with and without its trailing slash (the app has ``strict_slashes`` off and
 the rules end in ``/``, so there is no redirect). Every response under ``/x-nmos/`` (the
@@ -13,40 +14,23 @@ a 405, a 413...) is rewritten, so no catch-all route shadows the Connection API'
 
 from __future__ import annotations
 
-import fcntl
-import ipaddress
 import json
-import socket
-import struct
-import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import trio
 from quart import Blueprint, Response, current_app, request
 
-from appliance.models.stats import FlowState
-from services.edge.nmos.model import (
-    HostInfo,
-    Interface,
-    NmosResources,
-    Running,
-    VersionTracker,
-    build_resources,
-)
+from services.edge.nmos.model import NmosResources
+from services.edge.nmos.node import host_addresses, host_interfaces, primary_address
+
+if TYPE_CHECKING:
+    from services.edge.service import EdgeService
 
 __all__ = ["bp", "error_response", "host_addresses", "host_interfaces", "nmos_resources", "primary_address"]
 
 bp = Blueprint("nmos_node", __name__)
 _View = Callable[..., Awaitable[Response]]
 
-TRACKER_KEY: Final = "NMOS_VERSION_TRACKER"
-SYS_NET: Final = Path("/sys/class/net")
-PROC_INET6: Final = Path("/proc/net/if_inet6")
-_SIOCGIFADDR: Final = 0x8915
-_ARPHRD_LOOPBACK: Final = "772"
-_IDLE_OUTPUT_STATES: Final = frozenset({"idle", "stopped", "failed", "error"})
 CORS_HEADERS: Final = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Methods": "GET, PUT, POST, PATCH, DELETE, OPTIONS, HEAD",
@@ -56,114 +40,10 @@ CORS_HEADERS: Final = {
 _COLLECTIONS: Final = ("sources", "flows", "devices", "senders", "receivers")
 
 
-# --------------------------------------------------------------------------- host facts (IO)
-
-
-def host_interfaces(sys_net: Path = SYS_NET) -> tuple[Interface, ...]:
-    """The host's interfaces with a MAC, by name, loopback left out (``/sys/class/net``)."""
-    found = []
-    try:
-        names = sorted(entry.name for entry in sys_net.iterdir())
-    except OSError:
-        return ()
-    for name in names:
-        try:
-            if (sys_net / name / "type").read_text().strip() == _ARPHRD_LOOPBACK:
-                continue
-            mac = (sys_net / name / "address").read_text().strip().lower()
-        except OSError:
-            continue
-        if len(mac.split(":")) == 6:
-            found.append(Interface(name, mac))
-    return tuple(found)
-
-
-def host_addresses(family: int = 4, proc_inet6: Path = PROC_INET6) -> list[str]:
-    """The host's global addresses: IPv4 (one per interface, ``SIOCGIFADDR``) or IPv6
-    (``/proc/net/if_inet6``, global scope), loopback and link-local left out."""
-    found: list[str] = []
-    if family == 6:
-        try:
-            lines = proc_inet6.read_text().splitlines()
-        except OSError:
-            return []
-        for line in lines:
-            fields = line.split()
-            if len(fields) >= 6 and fields[3] == "00":  # scope: global
-                found.append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
-        return found
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        for _, name in socket.if_nameindex():
-            try:
-                packed = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-            except OSError:  # no IPv4 address on it
-                continue
-            address = ipaddress.IPv4Address(packed[20:24])
-            if not address.is_loopback and not address.is_link_local:
-                found.append(str(address))
-    return found
-
-
-def primary_address(family: int = 4) -> str | None:
-    """The local address of the default route (a UDP ``connect`` to a documentation address
-    only looks the route up; nothing is sent), None without one."""
-    target = ("2001:db8::1", 9) if family == 6 else ("192.0.2.1", 9)
-    try:
-        with socket.socket(socket.AF_INET6 if family == 6 else socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(target)
-            return str(probe.getsockname()[0])
-    except OSError:
-        return None
-
-
-def _host_info() -> HostInfo:
-    service = current_app.config["EDGE_SERVICE"]
-    scheme, host, port = service.listening or ("http", service.listen_at_start[0], service.listen_at_start[1])
-    try:
-        wildcard = ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        wildcard = False
-    others: tuple[str, ...] = ()
-    if wildcard:
-        # Listening on every address: the href is the host's primary address (stable, so the
-        # node's version does not move with the client), else the one this client reached; the
-        # endpoints list every address of the host, so a client finds the one it used.
-        families = (6, 4) if ":" in host else (4,)  # "::" is dual-stack
-        server = request.scope.get("server")
-        host = primary_address(families[0]) or (str(server[0]) if server else host)
-        others = tuple(address for family in families for address in host_addresses(family))
-    return HostInfo(socket.gethostname(), host, int(port), host_interfaces(), protocol=scheme, other_hosts=others)
-
-
-def _running() -> Running:
-    snapshot = current_app.config["EDGE_SERVICE"].snapshot()
-    flows = frozenset(f.flow_id for f in snapshot.flows if f.state is FlowState.RUNNING)
-    outputs = frozenset(
-        (f.flow_id, o.output_id)
-        for f in snapshot.flows
-        if f.flow_id in flows
-        for o in f.outputs
-        if o.state not in _IDLE_OUTPUT_STATES
-    )
-    return Running(flows, outputs)
-
-
-def _tracker() -> VersionTracker:
-    tracker = current_app.config.get(TRACKER_KEY)
-    if tracker is None:
-        service = current_app.config["EDGE_SERVICE"]
-        since_boot_ns = int((trio.current_time() - service.started_at) * 1_000_000_000)
-        tracker = VersionTracker(time.time_ns() - since_boot_ns)
-        current_app.config[TRACKER_KEY] = tracker
-    assert isinstance(tracker, VersionTracker)
-    return tracker
-
-
 def nmos_resources() -> NmosResources:
     """The service's IS-04 resources now, versions stamped (for this API and the IS-05 one)."""
-    service = current_app.config["EDGE_SERVICE"]
-    built = build_resources(service.config, _running(), _host_info(), version=service.version)
-    return _tracker().stamp(built, time.time_ns())
+    service: EdgeService = current_app.config["EDGE_SERVICE"]
+    return service.nmos.resources()
 
 
 # --------------------------------------------------------------------------- responses

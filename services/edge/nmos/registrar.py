@@ -5,7 +5,8 @@ the config and from DNS-SD.
 One request at a time, each with a 2 s timeout (a registry that does not answer in time is
 treated as down: IS-04 "Inability To Connect, Or A Timeout"). The resources are read again
 after every answer and whenever :meth:`Registrar.changed` is called, so a flow added or removed
-reaches the registry within one round trip.
+reaches the registry within one round trip; they are also read every second (``POLL_S``), so a
+change nobody announced is sent within a second.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ __all__ = ["REGISTRATION_PATH", "REQUEST_TIMEOUT_S", "Registrar", "registration_
 
 REGISTRATION_PATH: Final = "/x-nmos/registration/v1.3/"
 REQUEST_TIMEOUT_S: Final = 2.0
+POLL_S: Final = 1.0
+"""How often the resources are read again without a ``changed()`` call: a change made
+anywhere (a flow started by the engine, an output gone) reaches the registry within this."""
 _log = logging.getLogger("mediaplane.nmos")
 
 
@@ -69,7 +73,8 @@ class Registrar:
                     self.client.response(request, status, trio.current_time())
                     continue
                 deadline = self.client.next_deadline()
-                with trio.move_on_at(deadline if deadline is not None else trio.current_time() + 60):
+                poll_at = trio.current_time() + POLL_S
+                with trio.move_on_at(poll_at if deadline is None else min(deadline, poll_at)):
                     await self._wake.wait()
 
     async def _send(self, http: httpx.AsyncClient, request: Request) -> int | None:
