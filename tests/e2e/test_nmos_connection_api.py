@@ -102,6 +102,13 @@ def test_connection_api_routes_activations_and_media(tmp_path: Path) -> None:
             assert response.status_code == 400 and response.json()["code"] == 400
             assert "70000" not in response.text
         assert api.patch(f"{sender}staged", content=b"{nope").status_code == 400
+        # an address another flow listens on: the config's clash rule (409 over REST) refuses it with 400
+        other = free_udp_port()
+        two = {"id": "f2", "name": "two", "enabled": False, "input": {"type": "rtp", "bind_addr": f"127.0.0.1:{other}"}}
+        assert api.post("/api/v1/flows", json=two).status_code == 200
+        clash = api.patch(f"{receiver}staged", json={"transport_params": [{"destination_port": other}]})
+        assert clash.status_code == 400 and "in use" in clash.text and str(other) not in clash.text
+        assert api.delete("/api/v1/flows/f2").status_code == 200
         assert ok(api, f"{sender}active/") == before
 
         # ---- media flows to out1

@@ -36,7 +36,7 @@ from services.edge.engine.supervisor import EngineError
 from services.edge.nmos import connection as c
 from services.edge.nmos.schemas import IS05, problems
 from services.edge.nmos.tai import parse_tai, tai_ns
-from services.edge.service import EdgeService
+from services.edge.service import EdgeService, validate_config
 
 __all__ = ["STATE_KEY", "Connections", "bp"]
 
@@ -264,7 +264,7 @@ async def _patch(endpoint: c.Endpoint, patch: Any) -> tuple[int, dict[str, Any]]
         st.pending = None
     current = state.staged_body(endpoint, legs)
     merged = c.merge_patch(endpoint.role, current, patch, _constraints(endpoint))
-    _mapped(endpoint, merged)  # the config rules hold before anything is staged (400 otherwise)
+    _check_config(*_mapped(endpoint, merged))  # the config rules hold before anything is staged (400)
     if mode is None:
         state.stage(endpoint, merged)
         return 200, state.staged_body(endpoint, legs)
@@ -289,6 +289,23 @@ def _mapped(endpoint: c.Endpoint, body: dict[str, Any]) -> tuple[FlowConfig, Out
     if output is not None:
         return flow, c.output_with_legs(output, body["transport_params"])
     return c.flow_with_legs(flow, body["transport_params"]), None
+
+
+def _check_config(flow: FlowConfig, output: OutputConfig | None) -> None:
+    """The whole config with this flow (or output) validated as the service will: PatchRejected if not.
+
+    The texts are generic: the service's messages would name the addresses sent.
+    """
+    service = _service()
+    if output is not None:
+        flow = flow.model_copy(update={"outputs": [output if o.id == output.id else o for o in flow.outputs]})
+    flows = [flow if f.id == flow.id else f for f in service.config.flows]
+    try:
+        validate_config(service.config.model_copy(update={"flows": flows}), [flow.id])
+    except errors.Conflict:
+        raise c.PatchRejected(["transport_params: an address is in use by another flow or output"]) from None
+    except errors.InvalidInput:
+        raise c.PatchRejected(["transport_params: the resulting configuration is invalid"]) from None
 
 
 async def _scheduled(app: Any, endpoint: c.Endpoint, scope: trio.CancelScope) -> None:
