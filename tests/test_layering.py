@@ -7,7 +7,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE_DIRS = ("services/edge/core", "appliance/protocol", "appliance/tunnel", "appliance/relayproto")
-CORE_FILES = ("services/relay/native_plane.py",)  # services/relay will also hold the trio drivers
+CORE_FILES = (
+    "services/relay/native_plane.py",  # services/relay also holds the trio drivers
+    "services/relay/control.py",
+    "services/edge/nmos/ids.py",
+    "services/edge/nmos/tai.py",
+    "services/edge/nmos/model.py",
+    "services/edge/nmos/connection.py",
+    "services/edge/nmos/registration.py",
+)
 FORBIDDEN = {"trio", "quart", "quart_trio", "hypercorn", "socket", "sqlite3", "time", "random", "asyncio"}
 
 
