@@ -74,6 +74,7 @@ def test_first_start_creates_the_directory_and_a_default_config(store: EdgeConfi
         "server": {"listen_addr": "0.0.0.0", "listen_port": 8080},
         "monitor": None,
         "manager": None,
+        "nmos": None,
         "flows": [],
     }  # interop.md 1.1 defaults; `tunnels` left out when empty
     assert config.node_id is not None and config.node_id.version == 4

@@ -72,6 +72,7 @@ def test_public_config_of_the_defaults() -> None:
         "server": {"listen_addr": "0.0.0.0", "listen_port": 8080},
         "monitor": None,
         "manager": None,
+        "nmos": None,
         "flows": [],
         "tunnels": [],
     }
