@@ -45,7 +45,7 @@ import ssl
 import struct
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
@@ -54,6 +54,7 @@ import trio
 from pydantic import SecretStr
 from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, wrap_client_stream
 
+from appliance import errors
 from appliance.models.events import Event
 from appliance.models.manager_link import LinkState, ManagerLinkStatus
 from appliance.protocol import (
@@ -135,6 +136,16 @@ class LinkHost(Protocol):
 
     def link_event(self, event: Event) -> None:
         """An event of the link itself (category ``manager``), onto the node's event bus."""
+
+
+async def command_outcome(run: Awaitable[CommandOutcome]) -> CommandOutcome:
+    """``run``'s outcome, an :class:`~appliance.errors.ApplianceError` turned into a failed one
+    whose text is the error's (the REST error texts, interop.md 6): what every host's
+    ``run_command`` does around its actions."""
+    try:
+        return await run
+    except errors.ApplianceError as exc:
+        return CommandOutcome(success=False, error=exc.message)
 
 
 class LinkFailure(Exception):

@@ -51,7 +51,7 @@ FLOW_B = {
     "name": "From edge A through the relay",
     "enabled": True,
     "media_analysis": True,
-    "input": {"type": "udp", "bind_addr": TUNNEL_EXIT},
+    "input": {"type": "rtp", "bind_addr": TUNNEL_EXIT},  # the to-edge-b output sends RTP
     "outputs": [{"type": "udp", "id": "ts-out", "name": "Raw TS to 5032", "dest_addr": "127.0.0.1:5032"}],
 }
 TO_EDGE_B = {"type": "rtp", "id": "to-edge-b", "name": "Into the tunnel to edge-b", "dest_addr": TUNNEL_ENTRY}

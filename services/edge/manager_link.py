@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import SecretStr, TypeAdapter
 
-from appliance import errors
 from appliance.config.store import fill_kept_secrets
 from appliance.http.app import validate
-from appliance.manager_client import CommandOutcome, LinkSettings
+from appliance.manager_client import CommandOutcome, LinkSettings, command_outcome
 from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig, TunnelConfig
 from appliance.models.events import Event
 from appliance.models.stats import HealthStatus
@@ -120,10 +119,7 @@ class EdgeLinkHost:
 
     async def run_command(self, action: AnyAction) -> CommandOutcome:
         """Carry out one edge action (interop.md 6 "Edge actions"); errors become the ack's text."""
-        try:
-            return await self._run(action)
-        except errors.ApplianceError as exc:
-            return CommandOutcome(success=False, error=exc.message)
+        return await command_outcome(self._run(action))
 
     async def _run(self, action: AnyAction) -> CommandOutcome:
         service = self._service

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
-from appliance import errors
-from appliance.manager_client import CommandOutcome, LinkSettings
+from appliance.manager_client import CommandOutcome, LinkSettings, command_outcome
 from appliance.models.events import Event
 from appliance.protocol import (
     AnyAction,
@@ -98,10 +97,7 @@ class RelayLinkHost:
 
     async def run_command(self, action: AnyAction) -> CommandOutcome:
         """Carry out one relay action (interop.md 6); errors become the ack's text."""
-        try:
-            return await self._run(action)
-        except errors.ApplianceError as exc:
-            return CommandOutcome(success=False, error=exc.message)
+        return await command_outcome(self._run(action))
 
     async def _run(self, action: AnyAction) -> CommandOutcome:
         service = self._service

@@ -27,6 +27,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import trio
+from pydantic import ValidationError
+
+from appliance.models.events import Event
 
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 STATS_INTERVAL_S: Final = 0.25
@@ -265,3 +268,17 @@ async def serve_commands(
                 log.error("command %s failed (%s)", message.get("op"), type(exc).__name__, exc_info=trace)
                 reply.update(ok=False, error=internal_text(exc))
         await link.send(reply)
+
+
+def deliver_events(
+    raws: object, on_event: Callable[[Event], object], on_invalid: Callable[[ValidationError], None]
+) -> None:
+    """A worker's ``events`` message: each event validated against the one contract
+    (``appliance.models.events``) and handed on; one that does not validate goes to ``on_invalid``."""
+    for raw in raws if isinstance(raws, list) else []:
+        try:
+            event = Event.model_validate(raw)
+        except ValidationError as exc:
+            on_invalid(exc)
+            continue
+        on_event(event)

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from appliance.models.config import FlowConfig, OutputConfig
 from appliance.models.events import Event
 from appliance.models.stats import FlowCounters
-from services.edge.engine.ipc import WorkerLinkError, WorkerProcess, terminate
+from services.edge.engine.ipc import WorkerLinkError, WorkerProcess, deliver_events, terminate
 
 COMMAND_TIMEOUT_S: Final = 10.0
 RESPAWN_DELAY_S: Final = 0.5
@@ -171,13 +171,7 @@ class Engine:
         if op == "stats":
             self._on_stats(self._typed_reports(message.get("flows")))
         elif op == "events":
-            for raw in message.get("events") or []:
-                try:
-                    event = Event.model_validate(raw)
-                except ValidationError as exc:
-                    self._reject("event", exc)
-                    continue
-                self._on_event(event)
+            deliver_events(message.get("events"), self._on_event, lambda exc: self._reject("event", exc))
         elif op == "flow_failed":
             flow_id = str(message.get("flow_id"))
             worker.flows.discard(flow_id)

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from appliance.models.config import TUNNEL_SECRET_FIELDS, TunnelConfig
 from appliance.models.events import Event, EventCategory, critical
 from appliance.models.stats import TunnelCounters, TunnelState
-from services.edge.engine.ipc import WorkerLinkError, WorkerProcess, terminate
+from services.edge.engine.ipc import WorkerLinkError, WorkerProcess, deliver_events, terminate
 
 COMMAND_TIMEOUT_S: Final = 10.0
 RESPAWN_DELAY_S: Final = 0.5
@@ -194,13 +194,7 @@ class TunnelSupervisor:
         if op == "tunnels":
             self._on_report(message.get("tunnels"))
         elif op == "events":
-            for raw in message.get("events") or []:
-                try:
-                    event = Event.model_validate(raw)
-                except ValidationError as exc:
-                    self._reject("event", exc)
-                    continue
-                self._on_event(event)
+            deliver_events(message.get("events"), self._on_event, lambda exc: self._reject("event", exc))
 
     def _on_report(self, tunnels: object) -> None:
         if not isinstance(tunnels, dict):
