@@ -213,6 +213,16 @@ def test_connection_api_routes_activations_and_media(tmp_path: Path) -> None:
         assert bulk.json()[0]["code"] == 200
         assert api.post(f"{V}/bulk/receivers", json={"not": "a list"}).status_code == 400
 
+        # ---- IS-04 follows IS-05: the receiver's subscription names the sender it was given
+        far_sender = "5b4f5b7e-0000-4000-8000-00000000cafe"
+        response = api.patch(
+            f"{receiver}staged", json={"sender_id": far_sender, "activation": {"mode": "activate_immediate"}}
+        )
+        assert response.status_code == 200, response.text
+        node_receiver = ok(api, f"/x-nmos/node/v1.3/receivers/{receivers[0].rstrip('/')}")
+        assert node_receiver["subscription"] == {"sender_id": far_sender, "active": True}
+        assert ok(api, f"{receiver}active")["sender_id"] == far_sender
+
 
 def test_failed_activation_rolls_back_and_master_enable_is_runtime(tmp_path: Path) -> None:
     in1, out1, out2 = free_udp_port(), free_udp_port(), free_udp_port()

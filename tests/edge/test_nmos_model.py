@@ -177,6 +177,25 @@ def test_source_flow_sender_receiver_shapes_and_subscriptions() -> None:
     assert r1["label"] == "Camera 1" and r1["interface_bindings"] == ["eth0"]
 
 
+def test_subscriptions_name_the_is05_active_peers() -> None:
+    """IS-04 v1.3: a receiver's subscription.sender_id and a sender's receiver_id are the IS-05
+    active ones (AMWA IS-05-02 checks them after each activation); a change bumps the version."""
+    receiver_id, sender_id = ids.receiver_id(NODE, "cam1"), ids.sender_id(NODE, "cam1", "o-rtp")
+    far_sender, far_receiver = "1b3e2c4a-0000-4000-8000-000000000001", "1b3e2c4a-0000-4000-8000-000000000002"
+    peers = {receiver_id: far_sender, sender_id: far_receiver}
+    tracker = VersionTracker(BOOT)
+    before = tracker.stamp(build(), BOOT)
+    after = tracker.stamp(build(running=Running(RUNNING.flows, RUNNING.outputs, peers)), BOOT + 10**9)
+    receiver, sender = after.by_kind["receivers"][receiver_id], after.by_kind["senders"][sender_id]
+    assert receiver["subscription"] == {"sender_id": far_sender, "active": True}
+    assert sender["subscription"] == {"receiver_id": far_receiver, "active": True}
+    assert receiver["version"] != before.by_kind["receivers"][receiver_id]["version"]
+    assert problems(IS04, "receiver_mux.json", receiver) == []
+    assert problems(IS04, "sender.json", sender) == []
+    other = after.by_kind["receivers"][ids.receiver_id(NODE, "cam2")]
+    assert other["subscription"]["sender_id"] is None
+
+
 def test_transports_come_from_the_kind_registry() -> None:
     res = build()
     cfg = config()

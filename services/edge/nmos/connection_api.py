@@ -11,7 +11,8 @@ The rules live in ``connection`` (sans-IO); this module does the IO:
   the app's nursery; ``activation.mode: null`` cancels it; any other PATCH meanwhile is 423.
 - ``master_enable`` is runtime-only: a sender's output is taken off the engine, a receiver's flow stops.
 
-The staged and active state is one ``Connections`` object in ``app.config["NMOS_CONNECTION"]``.
+The staged and active state is the node's one ``Connections`` (``service.nmos.connections``), which
+the IS-04 resources read too (a receiver's ``subscription.sender_id``, a sender's ``receiver_id``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 import trio
@@ -34,14 +34,14 @@ from appliance.models.kinds import input_kind, output_kind
 from appliance.untrusted import load_json
 from services.edge.engine.supervisor import EngineError
 from services.edge.nmos import connection as c
+from services.edge.nmos.node import Connections
 from services.edge.nmos.schemas import IS05, problems
 from services.edge.nmos.tai import parse_tai, tai_ns
 from services.edge.service import EdgeService, validate_config
 
-__all__ = ["STATE_KEY", "Connections", "bp"]
+__all__ = ["bp"]
 
 _log = logging.getLogger("mediaplane.edge.nmos")
-STATE_KEY: Final = "NMOS_CONNECTION"
 BASE: Final = "/x-nmos/connection"
 V: Final = f"{BASE}/v1.1"
 _ROLES: Final = {"senders": "sender", "receivers": "receiver"}
@@ -50,28 +50,12 @@ bp = Blueprint("nmos_connection", __name__)
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-@dataclass
-class Connections:
-    """The IS-05 state of the edge, its activation lock and the scopes of pending activations."""
-
-    state: c.ConnectionState = field(default_factory=c.ConnectionState)
-    lock: trio.Lock = field(default_factory=trio.Lock)
-    scopes: dict[str, trio.CancelScope] = field(default_factory=dict)
-    # Senders being hot-swapped (remove, then add): the output shown meanwhile, so that the sender
-    # does not vanish from the API between the two steps.
-    swapping: dict[str, tuple[c.Endpoint, OutputConfig]] = field(default_factory=dict)
-
-
 class Locked(errors.ApplianceError):
     """A scheduled activation is pending (HTTP 423)."""
 
 
 def _connections() -> Connections:
-    found = current_app.config.get(STATE_KEY)
-    if found is None:
-        found = current_app.config[STATE_KEY] = Connections()
-    assert isinstance(found, Connections)
-    return found
+    return _service().nmos.connections
 
 
 def _service() -> EdgeService:
@@ -274,6 +258,7 @@ async def _patch(endpoint: c.Endpoint, patch: Any) -> tuple[int, dict[str, Any]]
             await _apply(endpoint, merged)
         state.activated(endpoint, merged, answer)
         state.rebase(endpoint, _legs(endpoint))
+        _service().nmos.changed()  # the IS-04 subscription (and a registry) follows at once
         return 200, {**merged, "activation": answer}
     state.stage(endpoint, merged)
     st.pending = c.Pending(due, {**merged, "activation": answer})
@@ -311,7 +296,7 @@ def _check_config(flow: FlowConfig, output: OutputConfig | None) -> None:
 async def _scheduled(app: Any, endpoint: c.Endpoint, scope: trio.CancelScope) -> None:
     """Apply a pending activation at its due time (cancelled by ``mode: null``)."""
     async with app.app_context():
-        conns: Connections = app.config[STATE_KEY]
+        conns = _service().nmos.connections
         st = conns.state.of(endpoint.id)
         pending = st.pending
         if pending is None:
@@ -330,6 +315,7 @@ async def _scheduled(app: Any, endpoint: c.Endpoint, scope: trio.CancelScope) ->
             st.pending = None
             return
         conns.state.activated(endpoint, pending.body, pending.body["activation"])
+        _service().nmos.changed()
         try:
             conns.state.rebase(endpoint, _legs(endpoint))
         except errors.ApplianceError:  # the flow or output was deleted meanwhile

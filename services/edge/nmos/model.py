@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -64,10 +64,13 @@ class HostInfo:
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """Which flows run (by flow id) and which outputs are active (``(flow id, output id)``)."""
+    """Which flows run (by flow id), which outputs are active (``(flow id, output id)``), and the
+    IS-05 active peer of each sender and receiver (by NMOS id: a sender's ``receiver_id``, a
+    receiver's ``sender_id``; missing means none)."""
 
     flows: frozenset[str] = frozenset()
     outputs: frozenset[tuple[str, str]] = frozenset()
+    peers: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -181,7 +184,9 @@ def build_resources(config: AppConfig, running: Running, host: HostInfo, *, vers
             "transport": input_kind(flow.input.type).nmos_transport,
             "device_id": device_id,
             "interface_bindings": list(bindings),
-            "subscription": {"sender_id": None, "active": flow.id in running.flows},
+            # IS-04 v1.3 receiver.json: the Sender it is configured for (IS-05 active sender_id) and
+            # whether it is receiving (the flow runs; master_enable false stops it).
+            "subscription": {"sender_id": running.peers.get(receiver_id), "active": flow.id in running.flows},
         }
         for output in flow.outputs:
             sender_id = ids.sender_id(node_uuid, flow.id, output.id)
@@ -193,7 +198,10 @@ def build_resources(config: AppConfig, running: Running, host: HostInfo, *, vers
                 "manifest_href": transportfile_href(host, sender_id) if output.type == NMOS_RTP_KIND else None,
                 "interface_bindings": list(bindings),
                 "caps": {},
-                "subscription": {"receiver_id": None, "active": (flow.id, output.id) in running.outputs},
+                "subscription": {
+                    "receiver_id": running.peers.get(sender_id),
+                    "active": (flow.id, output.id) in running.outputs,
+                },
             }
     device: Body = {
         **_common(device_id, label, "mediaplane-edge media device"),

@@ -17,12 +17,15 @@ import logging
 import socket
 import struct
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import trio
 
+from appliance.models.config import OutputConfig
 from appliance.models.stats import FlowState
+from services.edge.nmos import connection as c
 from services.edge.nmos.discovery import MdnsBrowser, NodeAdvertiser
 from services.edge.nmos.model import HostInfo, Interface, NmosResources, Running, VersionTracker, build_resources
 from services.edge.nmos.registrar import Registrar
@@ -31,7 +34,7 @@ from services.edge.nmos.registration import Resources
 if TYPE_CHECKING:
     from services.edge.service import EdgeService
 
-__all__ = ["NmosNode", "host_addresses", "host_interfaces", "primary_address"]
+__all__ = ["Connections", "NmosNode", "host_addresses", "host_interfaces", "primary_address"]
 
 SYS_NET: Final = Path("/sys/class/net")
 PROC_INET6: Final = Path("/proc/net/if_inet6")
@@ -111,12 +114,26 @@ def primary_address(family: int = 4) -> str | None:
 
 
 # --------------------------------------------------------------------------- the node
+@dataclass
+class Connections:
+    """The IS-05 state of the edge, its activation lock and the scopes of pending activations."""
+
+    state: c.ConnectionState = field(default_factory=c.ConnectionState)
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    scopes: dict[str, trio.CancelScope] = field(default_factory=dict)
+    # Senders being hot-swapped (remove, then add): the output shown meanwhile, so that the sender
+    # does not vanish from the API between the two steps.
+    swapping: dict[str, tuple[c.Endpoint, OutputConfig]] = field(default_factory=dict)
+
+
 class NmosNode:
     """One edge's NMOS resources and registration (see the module docstring)."""
 
     def __init__(self, service: EdgeService) -> None:
         self._service = service
         self.tracker = VersionTracker(time.time_ns())  # at boot: every resource starts here
+        self.connections = Connections()
+        """The IS-05 staged/active state (the Connection API's; the IS-04 subscriptions read it)."""
         self.registrar: Registrar | None = None
         self.registries: list[str] = []
         """The Registration APIs in use, in priority order (static first, then DNS-SD's)."""
@@ -149,7 +166,8 @@ class NmosNode:
             for o in f.outputs
             if o.state not in _IDLE_OUTPUT_STATES
         )
-        return Running(flows, outputs)
+        peers = {endpoint_id: st.peer for endpoint_id, st in self.connections.state.states.items()}
+        return Running(flows, outputs, peers)
 
     def resources(self) -> NmosResources:
         """The IS-04 resources now, versions stamped."""
