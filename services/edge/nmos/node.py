@@ -12,6 +12,7 @@ known, advertises ``_nmos-node._tcp`` for peer-to-peer operation (IS-04 3.2). Wi
 from __future__ import annotations
 
 import fcntl
+import functools
 import ipaddress
 import logging
 import socket
@@ -26,7 +27,13 @@ import trio
 from appliance.models.config import OutputConfig
 from appliance.models.stats import FlowState
 from services.edge.nmos import connection as c
-from services.edge.nmos.discovery import MdnsBrowser, NodeAdvertiser
+from services.edge.nmos.discovery import (
+    DiscoveredService,
+    MdnsBrowser,
+    NodeAdvertiser,
+    UnicastBrowser,
+    registries_from_services,
+)
 from services.edge.nmos.model import HostInfo, Interface, NmosResources, Running, VersionTracker, build_resources
 from services.edge.nmos.registrar import Registrar
 from services.edge.nmos.registration import Resources
@@ -204,13 +211,17 @@ class NmosNode:
                 advertiser = _Advertising(self)
                 nursery.start_soon(advertiser.keep)
 
-                def found(urls: list[str]) -> None:
-                    self.registries = urls
+                by_source: dict[str, list[DiscoveredService]] = {"mdns": [], "unicast": []}
+
+                def found(source: str, services: list[DiscoveredService]) -> None:
+                    by_source[source] = services
+                    self.registries = registries_from_services([*by_source["mdns"], *by_source["unicast"]])
                     assert self.registrar is not None
-                    self.registrar.set_registries(urls)
+                    self.registrar.set_registries(self.registries)
                     advertiser.update()
 
-                await nursery.start(MdnsBrowser(found).run)
+                await nursery.start(MdnsBrowser(functools.partial(found, "mdns")).run)
+                await nursery.start(UnicastBrowser(functools.partial(found, "unicast")).run)
 
 
 class _Advertising:
