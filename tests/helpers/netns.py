@@ -27,9 +27,10 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +39,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers.edge import EDGE_BIN, write_config
 from tests.helpers.manager import MANAGER_BIN, Manager, manager_env
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -259,3 +261,95 @@ class Impairment:
             timeout=20,
             check=check,
         )
+
+
+# --------------------------------------------------------------------------- mp-edge in a netns
+
+EDGE_API_PORT = 18080  # inside the test's own namespace: nothing else can hold it
+
+
+@dataclass
+class NsEdge:
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str) -> Any:
+        r = httpx.get(self.url + path, timeout=5, trust_env=False)
+        assert r.status_code == 200, (path, r.status_code, r.text)
+        return r.json()
+
+    def stop(self) -> int | None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.returncode
+
+
+@contextlib.contextmanager
+def edge_in_netns(net: Net, config_dir: Path, config: dict[str, Any]) -> Iterator[NsEdge]:
+    """``ip netns exec NS mp-edge ...`` listening on the namespace's veth address."""
+    write_config(config_dir, config)
+    log_path = config_dir.parent / "edge-netns.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                net.name,
+                str(EDGE_BIN),
+                "--config-dir",
+                str(config_dir),
+                "--listen-addr",
+                net.ns_addr,
+                "--listen-port",
+                str(EDGE_API_PORT),
+                "--workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    edge = NsEdge(process, f"http://{net.ns_addr}:{EDGE_API_PORT}", log_path)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"mp-edge in {net.name} exited with {process.returncode}:\n{edge.log()}")
+            try:
+                if httpx.get(edge.url + "/health", timeout=1, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"mp-edge in {net.name} did not answer /health in 20 s:\n{edge.log()}")
+            time.sleep(0.05)
+        yield edge
+    finally:
+        edge.stop()
+
+
+def send_multicast(group: str, port: int, datagrams: Iterable[bytes], iface_addr: str, pps: float = 1000.0) -> int:
+    """Paced multicast out of the interface that owns ``iface_addr`` (TTL 1, no loopback)."""
+    sent = 0
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(iface_addr))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+        start = time.monotonic()
+        for datagram in datagrams:
+            sock.sendto(datagram, (group, port))
+            sent += 1
+            ahead = start + sent / pps - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+    return sent

@@ -120,12 +120,16 @@ def build_registry_app(state: NmosRegistry) -> QuartTrio:
 
 
 async def run_registry(
-    state: NmosRegistry, *, port: int = 0, task_status: trio.TaskStatus[NmosRegistry] = trio.TASK_STATUS_IGNORED
+    state: NmosRegistry,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    task_status: trio.TaskStatus[NmosRegistry] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``state``'s registry on 127.0.0.1 (``port`` 0: a free one); reports it started."""
+    """Serve ``state``'s registry on ``host`` (``port`` 0: a free one); reports it started."""
 
     async def started(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await serve(build_registry_app(state), "127.0.0.1", port, task_status=task_status)
+        await serve(build_registry_app(state), host, port, task_status=task_status)
 
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(started)
