@@ -57,6 +57,8 @@ _REGISTRATION_KINDS: Final = {
     "receiver": "receivers",
 }
 _LISTENING_WAIT_S: Final = 10.0
+DISCOVERY_SETTLE_S: Final = 1.5
+"""How long the first DNS-SD answers are gathered before a registry is chosen from them."""
 _log = logging.getLogger("mediaplane.nmos")
 
 
@@ -208,20 +210,38 @@ class NmosNode:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registrar.run)
             if not static:
-                advertiser = _Advertising(self)
-                nursery.start_soon(advertiser.keep)
+                await self._discover(nursery)
 
-                by_source: dict[str, list[DiscoveredService]] = {"mdns": [], "unicast": []}
+    async def _discover(self, nursery: trio.Nursery) -> None:
+        """Browse (mDNS and unicast DNS-SD) and hand the registrar each new list, best first.
 
-                def found(source: str, services: list[DiscoveredService]) -> None:
-                    by_source[source] = services
-                    self.registries = registries_from_services([*by_source["mdns"], *by_source["unicast"]])
-                    assert self.registrar is not None
-                    self.registrar.set_registries(self.registries)
-                    advertiser.update()
+        The first list is handed over after ``DISCOVERY_SETTLE_S``: answers to the first query
+        arrive over some tens of milliseconds (RFC 6762 6: responders wait 20-120 ms), and a
+        node that took the first one heard would stay with it even when a better one answers a
+        moment later (the registry in use is kept while it works). Until then, and whenever no
+        registry is known, the node advertises itself for peer-to-peer use.
+        """
+        advertiser = _Advertising(self)
+        by_source: dict[str, list[DiscoveredService]] = {"mdns": [], "unicast": []}
+        settled = False
 
-                await nursery.start(MdnsBrowser(functools.partial(found, "mdns")).run)
-                await nursery.start(UnicastBrowser(functools.partial(found, "unicast")).run)
+        def publish() -> None:
+            self.registries = registries_from_services([*by_source["mdns"], *by_source["unicast"]])
+            assert self.registrar is not None
+            self.registrar.set_registries(self.registries)
+            advertiser.update()
+
+        def found(source: str, services: list[DiscoveredService]) -> None:
+            by_source[source] = services
+            if settled:
+                publish()
+
+        await nursery.start(MdnsBrowser(functools.partial(found, "mdns")).run)
+        await nursery.start(UnicastBrowser(functools.partial(found, "unicast")).run)
+        await trio.sleep(DISCOVERY_SETTLE_S)
+        settled = True
+        publish()
+        nursery.start_soon(advertiser.keep)
 
 
 class _Advertising:
