@@ -175,7 +175,11 @@ class NmosNode:
             for o in f.outputs
             if o.state not in _IDLE_OUTPUT_STATES
         )
-        peers = {endpoint_id: st.peer for endpoint_id, st in self.connections.state.states.items()}
+        # A parked endpoint (master_enable false) is subscribed to nothing (AMWA IS-05-02 test_08).
+        peers = {
+            endpoint_id: st.peer if st.master_enable else None
+            for endpoint_id, st in self.connections.state.states.items()
+        }
         return Running(flows, outputs, peers)
 
     def resources(self) -> NmosResources:
