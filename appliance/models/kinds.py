@@ -44,6 +44,21 @@ from appliance.models.events import EventCategory
 
 NMOS_RTP: Final = "urn:x-nmos:transport:rtp"
 NMOS_WEBSOCKET: Final = "urn:x-nmos:transport:websocket"
+IS05_TRANSPORTS: Final = frozenset({NMOS_RTP, "urn:x-nmos:transport:dash", NMOS_WEBSOCKET, "urn:x-nmos:transport:mqtt"})
+"""The transports IS-05 v1.1 can connect (its transporttype-response-schema enum)."""
+
+
+def vendor_transport(kind: str) -> str:
+    """The IS-04 transport URN of a kind NMOS has no transport for (``urn:x-mediaplane:...``).
+
+    IS-04 v1.3 (sender.json) allows a URN outside ``urn:x-nmos:``. Raw UDP, SRT, RTMP, RTSP and
+    HLS are not RTP: as ``urn:x-nmos:transport:rtp`` they would owe an RTP/AVP SDP and free
+    destination addresses (AMWA IS-05-01 test_25, IS-05-02 test_07..11), so they carry their own
+    URN and, IS-05 v1.1 knowing none of them, are announced through IS-04 only.
+    """
+    return f"urn:x-mediaplane:transport:{kind}"
+
+
 FEC_COLUMN_PORT_OFFSET: Final = 2  # SMPTE 2022-1 §7: column FEC on media port + 2
 FEC_ROW_PORT_OFFSET: Final = 4  # SMPTE 2022-1 §7: row FEC on media port + 4
 
@@ -241,7 +256,7 @@ INPUT_KINDS: Final[dict[str, KindInfo]] = {
             UdpInput,
             "raw MPEG-TS over UDP",
             "udp",
-            NMOS_RTP,
+            vendor_transport("udp"),
             EventCategory.FLOW,
             _udp_input_addresses,
             "udp",
@@ -253,15 +268,24 @@ INPUT_KINDS: Final[dict[str, KindInfo]] = {
             SrtInput,
             "SRT",
             "srt",
-            NMOS_RTP,
+            vendor_transport("srt"),
             EventCategory.SRT,
             _srt_addresses,
             "srt",
             _SRT_QUERY,
             redundancy=True,
         ),
-        KindInfo("rtmp", "input", RtmpInput, "RTMP(S) publish", "rtmp", NMOS_RTP, EventCategory.RTMP, _listen_tcp),
-        KindInfo("rtsp", "input", RtspInput, "RTSP camera pull", "rtsp", NMOS_RTP, EventCategory.RTSP),
+        KindInfo(
+            "rtmp",
+            "input",
+            RtmpInput,
+            "RTMP(S) publish",
+            "rtmp",
+            vendor_transport("rtmp"),
+            EventCategory.RTMP,
+            _listen_tcp,
+        ),
+        KindInfo("rtsp", "input", RtspInput, "RTSP camera pull", "rtsp", vendor_transport("rtsp"), EventCategory.RTSP),
         KindInfo("webrtc", "input", WebrtcInput, "WHIP server", "webrtc", NMOS_WEBSOCKET, EventCategory.WEBRTC),
         KindInfo("whep", "input", WhepInput, "WHEP client", "whep", NMOS_WEBSOCKET, EventCategory.WEBRTC),
     )
@@ -290,7 +314,7 @@ OUTPUT_KINDS: Final[dict[str, KindInfo]] = {
             UdpOutput,
             "raw MPEG-TS over UDP, 1316-byte datagrams",
             "udp",
-            NMOS_RTP,
+            vendor_transport("udp"),
             EventCategory.FLOW,
             _bound_output_addresses,
             "udp",
@@ -302,15 +326,15 @@ OUTPUT_KINDS: Final[dict[str, KindInfo]] = {
             SrtOutput,
             "SRT (caller, listener with viewers, rendezvous)",
             "srt",
-            NMOS_RTP,
+            vendor_transport("srt"),
             EventCategory.SRT,
             _srt_addresses,
             "srt",
             {**_SRT_QUERY, "name": ("name", Q_STR)},
             redundancy=True,
         ),
-        KindInfo("rtmp", "output", RtmpOutput, "RTMP(S) push", "rtmp", NMOS_RTP, EventCategory.RTMP),
-        KindInfo("hls", "output", HlsOutput, "HLS upload", "hls", NMOS_RTP, EventCategory.HLS),
+        KindInfo("rtmp", "output", RtmpOutput, "RTMP(S) push", "rtmp", vendor_transport("rtmp"), EventCategory.RTMP),
+        KindInfo("hls", "output", HlsOutput, "HLS upload", "hls", vendor_transport("hls"), EventCategory.HLS),
         KindInfo(
             "webrtc",
             "output",

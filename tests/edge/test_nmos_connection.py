@@ -46,11 +46,23 @@ def redundant_output() -> RtpOutput:
     return out
 
 
-def test_endpoints_use_the_interop_ids() -> None:
+def test_endpoints_use_the_interop_ids_and_only_is05_transports() -> None:
     found = c.endpoints(NODE, [flow()])
     assert found[ids.sender_id(NODE, "f1", "o1")] == c.Endpoint("sender", ids.sender_id(NODE, "f1", "o1"), "f1", "o1")
     assert found[ids.receiver_id(NODE, "f1")].role == "receiver"
-    assert len(found) == 3
+    assert len(found) == 2  # the srt output is IS-04 only (urn:x-mediaplane:transport:srt)
+    webrtc = FlowConfig.model_validate(
+        {
+            "id": "w",
+            "name": "w",
+            "input": {"type": "webrtc"},
+            "outputs": [{"type": "webrtc", "id": "e", "name": "e", "mode": "whep_server"}, *OTHER_OUTPUTS[:4]],
+        }
+    )
+    udp = FlowConfig.model_validate({"id": "u", "name": "u", "input": {"type": "udp", "bind_addr": "0.0.0.0:5000"}})
+    found = c.endpoints(NODE, [webrtc, udp])
+    assert sorted(e.role for e in found.values()) == ["receiver", "sender"]
+    assert ids.sender_id(NODE, "w", "e") in found and ids.receiver_id(NODE, "w") in found
 
 
 def test_sender_legs_follow_the_table_and_2022_7_gives_two() -> None:
@@ -110,9 +122,9 @@ def test_constraints_name_every_staged_key_per_leg() -> None:
         assert problems(IS05, "constraints-schema-rtp.json", limits) == []
     rcons = c.receiver_constraints(flow(redundancy={"bind_addr": "127.0.0.1:5002"}))
     assert len(rcons) == 2 and set(rcons[0]) == set(c.receiver_legs(flow(), True)[0])
-    srt = flow().outputs[1]
-    pinned = c.sender_constraints(srt)[0]
-    assert pinned["source_port"] == {"enum": [9000, "auto"]} and pinned["rtp_enabled"] == {}
+    whep = OUTPUT.validate_python(OTHER_OUTPUTS[5])
+    pinned = c.sender_constraints(whep)[0]
+    assert pinned == {"connection_uri": {"enum": [None, "auto"]}, "connection_authorization": {"enum": [False, "auto"]}}
 
 
 def staged_sender(out: OutputConfig) -> dict[str, Any]:
@@ -141,15 +153,18 @@ def test_patch_merges_and_rejects_without_echoing_values() -> None:
         with pytest.raises(c.PatchRejected) as info:
             c.merge_patch("sender", staged_sender(out), body, cons)
         assert "70000" not in str(info.value) and "yes" not in str(info.value)
-    srt = flow().outputs[1]
+    whep = OUTPUT.validate_python(OTHER_OUTPUTS[5])
     with pytest.raises(c.PatchRejected):  # a pinned kind: a change fails the enum
         c.merge_patch(
-            "sender", staged_sender(srt), {"transport_params": [{"source_port": 9001}]}, c.sender_constraints(srt)
+            "sender",
+            staged_sender(whep),
+            {"transport_params": [{"connection_uri": "ws://10.0.0.1/x"}]},
+            c.sender_constraints(whep),
         )
     same = c.merge_patch(
-        "sender", staged_sender(srt), {"transport_params": [{"source_port": 9000}]}, c.sender_constraints(srt)
+        "sender", staged_sender(whep), {"transport_params": [{"connection_uri": None}]}, c.sender_constraints(whep)
     )
-    assert same["transport_params"][0]["source_port"] == 9000
+    assert same["transport_params"][0]["connection_uri"] is None
 
 
 def test_activated_legs_map_back_to_the_config() -> None:
@@ -281,6 +296,8 @@ def test_staged_starts_again_from_a_config_changed_elsewhere() -> None:
     assert state.states == {}
 
 
+# The kinds IS-05 v1.1 has no transport for (the first four outputs, every input but webrtc and
+# whep) are IS-04 only; the websocket ones are here, pinned.
 OTHER_OUTPUTS = [
     {
         "type": "srt",
@@ -307,7 +324,7 @@ OTHER_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize("data", OTHER_OUTPUTS, ids=lambda d: f"{d['type']}-{d['id']}")
+@pytest.mark.parametrize("data", OTHER_OUTPUTS[4:], ids=lambda d: f"{d['type']}-{d['id']}")
 def test_other_sender_kinds_are_valid_pinned_and_never_auto(data: dict[str, Any]) -> None:
     out = OUTPUT.validate_python(data)
     legs = c.sender_legs(out, True)
@@ -319,12 +336,11 @@ def test_other_sender_kinds_are_valid_pinned_and_never_auto(data: dict[str, Any]
     auto = {"transport_params": [{k: "auto" for k in leg if k != "rtp_enabled"} for leg in legs]}
     merged = c.merge_patch("sender", body, auto, cons)
     assert c.output_with_legs(out, merged["transport_params"]) == out
-    key = next(iter(legs[0]))
     with pytest.raises(c.PatchRejected):
-        c.merge_patch("sender", body, {"transport_params": [{key: "10.9.9.9"}]}, cons)
+        c.merge_patch("sender", body, {"transport_params": [{"connection_uri": "ws://10.9.9.9/"}]}, cons)
 
 
-@pytest.mark.parametrize("data", OTHER_INPUTS, ids=lambda d: str(d["type"]))
+@pytest.mark.parametrize("data", OTHER_INPUTS[4:6], ids=lambda d: str(d["type"]))
 def test_other_receiver_kinds_are_valid_and_never_auto(data: dict[str, Any]) -> None:
     f = FlowConfig.model_validate({"id": "f", "name": "f", "input": data})
     legs = c.receiver_legs(f, False)

@@ -205,7 +205,14 @@ def test_transports_come_from_the_kind_registry() -> None:
         for output in flow.outputs:
             sender = res.by_kind["senders"][ids.sender_id(NODE, flow.id, output.id)]
             assert sender["transport"] == OUTPUT_KINDS[output.type].nmos_transport
-    assert {s["transport"] for s in res.by_kind["senders"].values()} == {"urn:x-nmos:transport:rtp"}
+    assert {s["transport"] for s in res.by_kind["senders"].values()} == {
+        "urn:x-nmos:transport:rtp",
+        "urn:x-mediaplane:transport:udp",
+        "urn:x-mediaplane:transport:srt",
+    }
+    for kind in ("senders", "receivers"):  # a URN outside urn:x-nmos: is valid IS-04 (sender.json)
+        for body in res.by_kind[kind].values():
+            assert problems(IS04, f"{kind[:-1]}.json", {**body, "version": "1:0"}) == []
     # A WebRTC output is a websocket sender (interop.md 5 "Transports").
     raw = raw_config()
     raw["flows"][0]["outputs"].append({"id": "o-web", "name": "Browser", "type": "webrtc", "mode": "whep_server"})
@@ -297,3 +304,47 @@ def test_host_addresses(tmp_path: Path) -> None:
     for address in host_addresses(4):  # this host's: IPv4, neither loopback nor link-local
         parsed = ipaddress.ip_address(address)
         assert parsed.version == 4 and not parsed.is_loopback and not parsed.is_link_local
+
+
+def test_interface_bindings_name_one_interface_per_leg() -> None:
+    """IS-05: as many interface_bindings as transport_params legs (AMWA IS-05-02 test_12); each
+    the interface holding the leg's local address, else the first one."""
+    raw = raw_config()
+    raw["flows"][0]["input"] = {
+        "type": "rtp",
+        "bind_addr": "239.1.1.1:5000",
+        "interface_addr": "198.51.100.2",
+        "redundancy": {"bind_addr": "239.2.1.1:5000", "interface_addr": "203.0.113.2"},
+    }
+    raw["flows"][0]["outputs"][0]["redundancy"] = {"dest_addr": "239.2.1.1:5004", "interface_addr": "203.0.113.2"}
+    host = HostInfo(
+        "edge-1",
+        "192.0.2.10",
+        8080,
+        HOST.interfaces,
+        address_interfaces={"198.51.100.2": "eth0", "203.0.113.2": "eth1", "127.0.0.1": "lo"},
+    )
+    res = build_resources(AppConfig.model_validate(raw), RUNNING, host, version="1")
+    receiver = res.by_kind["receivers"][ids.receiver_id(NODE, "cam1")]
+    sender = res.by_kind["senders"][ids.sender_id(NODE, "cam1", "o-rtp")]
+    assert receiver["interface_bindings"] == ["eth0", "eth1"]
+    assert sender["interface_bindings"] == ["eth0", "eth1"]  # no address on leg 1: the first interface
+    srt = res.by_kind["senders"][ids.sender_id(NODE, "cam2", "o-srt")]
+    assert srt["interface_bindings"] == ["eth0"]
+    nobody = build_resources(AppConfig.model_validate(raw), RUNNING, HostInfo("e", "192.0.2.10", 8080), version="1")
+    assert nobody.by_kind["receivers"][ids.receiver_id(NODE, "cam1")]["interface_bindings"] == []
+
+
+def test_an_activation_moves_the_version_though_the_body_is_the_same() -> None:
+    """AMWA IS-05-02 test_05/06: an activation increments the IS-04 version."""
+    tracker = VersionTracker(BOOT)
+    sender = ids.sender_id(NODE, "cam1", "o-rtp")
+    first = tracker.stamp(build(), BOOT)
+    tracker.touch("senders", sender)
+    later = BOOT + 3 * 10**9
+    second = tracker.stamp(build(), later)
+    assert second.by_kind["senders"][sender]["version"] == format_tai(tai_ns(later))
+    moved = {(k, i) for k, i, b in second.items() if b["version"] != first.by_kind[k][i]["version"]}
+    assert moved == {("senders", sender)}
+    third = tracker.stamp(build(), later + 10**9)  # touched once: it stays now
+    assert third.by_kind["senders"][sender]["version"] == format_tai(tai_ns(later))

@@ -1,10 +1,15 @@
 """IS-05 v1.1 Connection API state and rules, sans-IO (interop.md 5 "IS-05 routes" to "PATCH staged").
 
+The senders and receivers here are those of the kinds whose transport IS-05 v1.1 knows: ``rtp``
+(``urn:x-nmos:transport:rtp``) and the WebRTC kinds (``websocket``). Raw UDP, SRT, RTMP, RTSP and
+HLS carry a ``urn:x-mediaplane:transport:`` URN and are announced through IS-04 only (see
+``appliance.models.kinds.vendor_transport`` and docs/nmos.md "Transports").
+
 - ``sender_legs`` / ``receiver_legs``: the ``transport_params`` legs of an output or a flow input
   (one per leg, two with SMPTE 2022-7), mapped from the config by the table of interop.md 5;
 - ``sender_constraints`` / ``receiver_constraints``: one object per leg naming every staged key;
-  ``rtp`` and ``udp`` are editable (ports ``{minimum, maximum}``), the other kinds are pinned by an
-  ``enum`` of their current values, so a PATCH that changes one fails;
+  ``rtp`` is editable (ports ``{minimum, maximum}``), a websocket kind (WebRTC) is pinned by an
+  ``enum`` of its current values, so a PATCH that changes one fails;
 - ``merge_patch``: a PATCH body checked against the stage schema and the constraints, merged into
   the staged body; the problems are texts without the input's values;
 - ``output_with_legs`` / ``flow_with_legs``: the activated legs written back into the config;
@@ -21,7 +26,6 @@ import ipaddress
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
-from urllib.parse import urlsplit
 
 from jsonschema import Draft4Validator
 from pydantic import ValidationError
@@ -31,10 +35,9 @@ from appliance.models.config import (
     OutputConfig,
     RtpInput,
     RtpOutput,
-    UdpInput,
-    UdpOutput,
     split_host_port,
 )
+from appliance.models.kinds import IS05_TRANSPORTS, input_kind, output_kind
 from services.edge.nmos import ids
 from services.edge.nmos.schemas import IS05, problems
 from services.edge.nmos.tai import format_tai, parse_tai
@@ -58,7 +61,6 @@ Role = Literal["sender", "receiver"]
 Leg = dict[str, Any]
 PORT: Final[dict[str, Any]] = {"minimum": 1, "maximum": 65535}
 SOURCE_PORT: Final[dict[str, Any]] = {"minimum": 0, "maximum": 65535}  # 0: an ephemeral source port
-_DEFAULT_PORTS: Final = {"rtmp": 1935, "rtmps": 443, "http": 80, "https": 443, "rtsp": 554, "rtsps": 322}
 
 
 class PatchRejected(ValueError):
@@ -83,15 +85,19 @@ class Endpoint:
 
 
 def endpoints(node_id: uuid.UUID, flows: list[FlowConfig]) -> dict[str, Endpoint]:
-    """Every sender and receiver of the config, by NMOS id (senders first, in config order)."""
+    """Every sender and receiver of the config whose transport IS-05 v1.1 can connect (rtp and
+    websocket; the other kinds are in IS-04 only, see ``vendor_transport``), by NMOS id
+    (senders first, in config order)."""
     found: dict[str, Endpoint] = {}
     for flow in flows:
         for output in flow.outputs:
-            sid = ids.sender_id(node_id, flow.id, output.id)
-            found[sid] = Endpoint("sender", sid, flow.id, output.id)
+            if output_kind(output.type).nmos_transport in IS05_TRANSPORTS:
+                sid = ids.sender_id(node_id, flow.id, output.id)
+                found[sid] = Endpoint("sender", sid, flow.id, output.id)
     for flow in flows:
-        rid = ids.receiver_id(node_id, flow.id)
-        found[rid] = Endpoint("receiver", rid, flow.id)
+        if input_kind(flow.input.type).nmos_transport in IS05_TRANSPORTS:
+            rid = ids.receiver_id(node_id, flow.id)
+            found[rid] = Endpoint("receiver", rid, flow.id)
     return found
 
 
@@ -121,31 +127,6 @@ def _is_multicast(host: str) -> bool:
         return False
 
 
-def _ip_or_none(host: str | None) -> str | None:
-    """``host`` when it is an IP literal, else None (a hostname, or no address)."""
-    if host is None:
-        return None
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    return host
-
-
-def _ip_or_any(host: str | None) -> str:
-    """``host`` when it is an IP literal, else ``0.0.0.0``: ``active`` never shows ``auto`` (IS-05-01)."""
-    return _ip_or_none(host) or "0.0.0.0"
-
-
-def _url_host_port(url: str) -> tuple[str | None, int]:
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return parts.hostname, port or _DEFAULT_PORTS.get(parts.scheme, 80)
-
-
 def _ws_uri(url: str | None) -> str | None:
     return url if url is not None and url.startswith(("ws://", "wss://")) else None
 
@@ -168,36 +149,12 @@ def _rtp_sender_leg(dest_addr: str, bind_addr: str | None, interface_addr: str |
 
 def sender_legs(output: OutputConfig, enabled: bool) -> list[Leg]:
     """The ``transport_params`` of the sender of ``output``; ``enabled``: the output is sending."""
-    if isinstance(output, RtpOutput | UdpOutput):
+    if isinstance(output, RtpOutput):
         legs = [_rtp_sender_leg(output.dest_addr, output.bind_addr, output.interface_addr, enabled)]
-        if isinstance(output, RtpOutput) and output.redundancy is not None:
+        if output.redundancy is not None:
             red = output.redundancy
             legs.append(_rtp_sender_leg(red.dest_addr, red.bind_addr, red.interface_addr, enabled))
         return legs
-    if output.type == "srt":
-        srt_legs = [output] + ([output.redundancy] if output.redundancy is not None else [])
-        return [
-            {
-                "source_ip": _host(leg.local_addr),
-                "destination_ip": _ip_or_any(_host(leg.remote_addr) if leg.remote_addr else None),
-                "source_port": _port(leg.local_addr),
-                # a listener has no destination: the port its callers reach
-                "destination_port": _port(leg.remote_addr) if leg.remote_addr else _port(leg.local_addr),
-                "rtp_enabled": enabled,
-            }
-            for leg in srt_legs
-        ]
-    if output.type in ("rtmp", "hls"):
-        host, port = _url_host_port(output.dest_url if output.type == "rtmp" else output.ingest_url)
-        return [
-            {
-                "source_ip": "0.0.0.0",
-                "destination_ip": _ip_or_any(host),
-                "source_port": 0,
-                "destination_port": port,
-                "rtp_enabled": enabled,
-            }
-        ]
     # webrtc (urn:x-nmos:transport:websocket): its WHIP/WHEP URL is http(s), which the schema's
     # connection_uri (ws:// or wss://) cannot carry, so connection_uri is null ("not configured").
     return [{"connection_uri": _ws_uri(getattr(output, "whip_url", None)), "connection_authorization": _auth(output)}]
@@ -218,48 +175,14 @@ def _rtp_receiver_leg(bind_addr: str, interface_addr: str | None, source: str | 
 def receiver_legs(flow: FlowConfig, enabled: bool) -> list[Leg]:
     """The ``transport_params`` of the receiver of ``flow``; ``enabled``: the flow is running."""
     source = flow.input
-    if isinstance(source, RtpInput | UdpInput):
-        allowed = source.allowed_sources if isinstance(source, RtpInput) else None
+    if isinstance(source, RtpInput):
+        allowed = source.allowed_sources
         first = allowed[0] if allowed else None
         legs = [_rtp_receiver_leg(source.bind_addr, source.interface_addr, first, enabled)]
-        if isinstance(source, RtpInput) and source.redundancy is not None:
+        if source.redundancy is not None:
             red = source.redundancy
             legs.append(_rtp_receiver_leg(red.bind_addr, red.interface_addr, first, enabled))
         return legs
-    if source.type == "srt":
-        srt_legs = [source] + ([source.redundancy] if source.redundancy is not None else [])
-        return [
-            {
-                "source_ip": _ip_or_none(_host(leg.remote_addr)) if leg.remote_addr else None,
-                "multicast_ip": None,
-                "interface_ip": _host(leg.local_addr),
-                # a caller's local port may be 0 (ephemeral): then the port it connects to
-                "destination_port": _port(leg.local_addr) or _port(leg.remote_addr or leg.local_addr),
-                "rtp_enabled": enabled,
-            }
-            for leg in srt_legs
-        ]
-    if source.type == "rtmp":
-        return [
-            {
-                "source_ip": None,
-                "multicast_ip": None,
-                "interface_ip": _host(source.listen_addr),
-                "destination_port": _port(source.listen_addr),
-                "rtp_enabled": enabled,
-            }
-        ]
-    if source.type == "rtsp":
-        host, port = _url_host_port(source.rtsp_url)
-        return [
-            {
-                "source_ip": _ip_or_none(host),
-                "multicast_ip": None,
-                "interface_ip": "0.0.0.0",
-                "destination_port": port,
-                "rtp_enabled": enabled,
-            }
-        ]
     # webrtc (a WHIP server) has no URL of its own; whep's is http(s): see sender_legs
     return [{"connection_uri": _ws_uri(getattr(source, "whep_url", None)), "connection_authorization": _auth(source)}]
 
@@ -289,7 +212,7 @@ def _pinned(legs: list[Leg]) -> list[dict[str, Any]]:
 
 def sender_constraints(output: OutputConfig) -> list[dict[str, Any]]:
     legs = sender_legs(output, True)
-    if isinstance(output, RtpOutput | UdpOutput):
+    if isinstance(output, RtpOutput):
         return [
             {
                 "source_ip": {},
@@ -308,17 +231,6 @@ def receiver_constraints(flow: FlowConfig) -> list[dict[str, Any]]:
     if isinstance(flow.input, RtpInput):
         return [
             {"source_ip": {}, "multicast_ip": {}, "interface_ip": {}, "destination_port": PORT, "rtp_enabled": {}}
-            for _ in legs
-        ]
-    if isinstance(flow.input, UdpInput):  # no source filter on a raw UDP input
-        return [
-            {
-                "source_ip": {"enum": [None]},
-                "multicast_ip": {},
-                "interface_ip": {},
-                "destination_port": PORT,
-                "rtp_enabled": {},
-            }
             for _ in legs
         ]
     return _pinned(legs)
@@ -407,13 +319,13 @@ def _sender_update(leg: Leg, current: Leg, bind_addr: str | None, interface_addr
 
 
 def output_with_legs(output: OutputConfig, legs: list[Leg]) -> OutputConfig:
-    """``output`` with activated legs written in (interop.md 5 table); only rtp and udp change."""
-    if not isinstance(output, RtpOutput | UdpOutput):
+    """``output`` with activated legs written in (interop.md 5 table); only rtp changes."""
+    if not isinstance(output, RtpOutput):
         return output
     current = sender_legs(output, True)
     legs = [_resolve(leg, cur) for leg, cur in zip(legs, current, strict=True)]
     update = _sender_update(legs[0], current[0], output.bind_addr, output.interface_addr)
-    if isinstance(output, RtpOutput) and output.redundancy is not None:
+    if output.redundancy is not None:
         red = output.redundancy
         update["redundancy"] = _with(red, _sender_update(legs[1], current[1], red.bind_addr, red.interface_addr))
         update["redundancy"] = update["redundancy"].model_dump(mode="json")
@@ -433,24 +345,23 @@ def _receiver_update(leg: Leg, had_interface: bool) -> dict[str, Any]:
 
 
 def flow_with_legs(flow: FlowConfig, legs: list[Leg]) -> FlowConfig:
-    """``flow`` with the activated receiver legs written into its input; only rtp and udp change."""
+    """``flow`` with the activated receiver legs written into its input; only rtp changes."""
     source = flow.input
-    if not isinstance(source, RtpInput | UdpInput):
+    if not isinstance(source, RtpInput):
         return flow
     current = receiver_legs(flow, True)
     legs = [_resolve(leg, cur) for leg, cur in zip(legs, current, strict=True)]
     if len(legs) > 1 and legs[1]["source_ip"] != legs[0]["source_ip"]:
         raise PatchRejected(["transport_params/1/source_ip: the source filter is shared by both legs"])
     update = _receiver_update(legs[0], source.interface_addr is not None)
-    if isinstance(source, RtpInput):
-        chosen = legs[0]["source_ip"]
-        rest = [ip for ip in (source.allowed_sources or [])[1:] if ip != chosen]
-        update["allowed_sources"] = None if chosen is None else [chosen, *rest]
-        if source.redundancy is not None:
-            red = source.redundancy
-            update["redundancy"] = _with(red, _receiver_update(legs[1], red.interface_addr is not None)).model_dump(
-                mode="json"
-            )
+    chosen = legs[0]["source_ip"]
+    rest = [ip for ip in (source.allowed_sources or [])[1:] if ip != chosen]
+    update["allowed_sources"] = None if chosen is None else [chosen, *rest]
+    if source.redundancy is not None:
+        red = source.redundancy
+        update["redundancy"] = _with(red, _receiver_update(legs[1], red.interface_addr is not None)).model_dump(
+            mode="json"
+        )
     new_input = _with(source, update)
     result: FlowConfig = flow.model_copy(update={"input": new_input})
     return result

@@ -258,7 +258,7 @@ async def _patch(endpoint: c.Endpoint, patch: Any) -> tuple[int, dict[str, Any]]
             await _apply(endpoint, merged)
         state.activated(endpoint, merged, answer)
         state.rebase(endpoint, _legs(endpoint))
-        _service().nmos.changed()  # the IS-04 subscription (and a registry) follows at once
+        _service().nmos.activated(endpoint.role, endpoint.id)  # the IS-04 subscription (and a registry) follows at once
         return 200, {**merged, "activation": answer}
     state.stage(endpoint, merged)
     st.pending = c.Pending(due, {**merged, "activation": answer})
@@ -315,7 +315,7 @@ async def _scheduled(app: Any, endpoint: c.Endpoint, scope: trio.CancelScope) ->
             st.pending = None
             return
         conns.state.activated(endpoint, pending.body, pending.body["activation"])
-        _service().nmos.changed()
+        _service().nmos.activated(endpoint.role, endpoint.id)
         try:
             conns.state.rebase(endpoint, _legs(endpoint))
         except errors.ApplianceError:  # the flow or output was deleted meanwhile

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from appliance.models.config import AppConfig
+from appliance.models.config import AppConfig, FlowConfig, OutputConfig, RtpInput, RtpOutput, split_host_port
 from appliance.models.kinds import input_kind, output_kind
 from services.edge.nmos import ids
 from services.edge.nmos.tai import format_tai, tai_ns
@@ -60,6 +60,7 @@ class HostInfo:
     interfaces: tuple[Interface, ...] = ()
     protocol: str = "http"
     other_hosts: tuple[str, ...] = ()  # more addresses the API answers on (a wildcard listener)
+    address_interfaces: Mapping[str, str] = field(default_factory=dict)  # IP -> the interface holding it
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,32 @@ def _port_id(mac: str) -> str:
     return mac.strip().lower().replace(":", "-")
 
 
+def _local_host(addr: str | None) -> str | None:
+    if addr is None:
+        return None
+    try:
+        return split_host_port(addr)[0]
+    except ValueError:
+        return None
+
+
+def _input_leg_addresses(flow: FlowConfig) -> list[str | None]:
+    """The local address of each leg of a flow's input (two with 2022-7 redundancy)."""
+    source = flow.input
+    if isinstance(source, RtpInput):
+        legs: list[Any] = [source, *([source.redundancy] if source.redundancy is not None else [])]
+        return [leg.interface_addr or _local_host(leg.bind_addr) for leg in legs]
+    return [None]
+
+
+def _output_leg_addresses(output: OutputConfig) -> list[str | None]:
+    """The local address of each leg of an output (two with 2022-7 redundancy)."""
+    if isinstance(output, RtpOutput):
+        legs: list[Any] = [output, *([output.redundancy] if output.redundancy is not None else [])]
+        return [leg.interface_addr or _local_host(leg.bind_addr) for leg in legs]
+    return [None]
+
+
 def _common(resource_id: str, label: str, description: str) -> Body:
     return {"id": resource_id, "label": label, "description": description, "tags": {}}
 
@@ -132,7 +159,18 @@ def build_resources(config: AppConfig, running: Running, host: HostInfo, *, vers
     device_id = ids.device_id(node_uuid)
     nmos_label = config.nmos.label if config.nmos is not None else None
     label = nmos_label or config.device_name or host.hostname
-    bindings = [host.interfaces[0].name] if host.interfaces else []
+    named = {iface.name for iface in host.interfaces}
+    default = host.interfaces[0].name if host.interfaces else None
+
+    def bindings(addresses: list[str | None]) -> list[str]:
+        """One interface per leg (IS-05: ``interface_bindings`` has as many entries as
+        ``transport_params``): the one holding the leg's local address, else the first."""
+        found = []
+        for address in addresses:
+            name = host.address_interfaces.get(address or "")
+            found.append(name if name in named else default)
+        return [name for name in found if name is not None]
+
     base = _base(host)
 
     node: Body = {
@@ -183,7 +221,7 @@ def build_resources(config: AppConfig, running: Running, host: HostInfo, *, vers
             "caps": {"media_types": [MP2T]},
             "transport": input_kind(flow.input.type).nmos_transport,
             "device_id": device_id,
-            "interface_bindings": list(bindings),
+            "interface_bindings": bindings(_input_leg_addresses(flow)),
             # IS-04 v1.3 receiver.json: the Sender it is configured for (IS-05 active sender_id) and
             # whether it is receiving (the flow runs; master_enable false stops it).
             "subscription": {"sender_id": running.peers.get(receiver_id), "active": flow.id in running.flows},
@@ -196,7 +234,7 @@ def build_resources(config: AppConfig, running: Running, host: HostInfo, *, vers
                 "transport": output_kind(output.type).nmos_transport,
                 "device_id": device_id,
                 "manifest_href": transportfile_href(host, sender_id) if output.type == NMOS_RTP_KIND else None,
-                "interface_bindings": list(bindings),
+                "interface_bindings": bindings(_output_leg_addresses(output)),
                 "caps": {},
                 "subscription": {
                     "receiver_id": running.peers.get(sender_id),
@@ -238,6 +276,13 @@ class VersionTracker:
         self._boot = format_tai(tai_ns(boot_utc_ns))
         self._seen: dict[tuple[str, str], tuple[Body, str]] = {}
         self._first = True
+        self._touched: set[tuple[str, str]] = set()
+
+    def touch(self, kind: str, resource_id: str) -> None:
+        """Give ``(kind, id)`` a new version at the next ``stamp`` even if its body is unchanged:
+        an IS-05 activation is a change of the resource (AMWA IS-05-02 test_05/06), though a new
+        destination port shows nowhere in the IS-04 body."""
+        self._touched.add((kind, resource_id))
 
     def stamp(self, resources: NmosResources, now_utc_ns: int) -> NmosResources:
         """``resources`` with a ``version`` in every body (a copy; the input is left as it is)."""
@@ -248,8 +293,10 @@ class VersionTracker:
         for kind, resource_id, body in resources.items():
             key = (kind, resource_id)
             previous = self._seen.get(key)
-            version = previous[1] if previous is not None and previous[0] == body else now
+            unchanged = previous is not None and previous[0] == body and key not in self._touched
+            version = previous[1] if unchanged and previous is not None else now
             seen[key] = (copy.deepcopy(body), version)
             stamped[kind][resource_id] = {**body, "version": version}
         self._seen = seen
+        self._touched.clear()
         return NmosResources(resources.node_id, stamped)

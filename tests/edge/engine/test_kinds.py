@@ -12,6 +12,7 @@ from appliance.http.envelope import describe_validation_error
 from appliance.models.config import FlowConfig, InputConfig, OutputConfig
 from appliance.models.kinds import (
     INPUT_KINDS,
+    IS05_TRANSPORTS,
     NMOS_RTP,
     NMOS_WEBSOCKET,
     OUTPUT_KINDS,
@@ -19,6 +20,7 @@ from appliance.models.kinds import (
     ListenAddress,
     find_clash,
     flow_addresses,
+    vendor_transport,
 )
 from services.edge.engine.kinds import INPUT_DRIVERS, OUTPUT_DRIVERS, check_supported
 
@@ -33,7 +35,8 @@ def test_every_config_model_is_declared_once_with_its_type() -> None:
         assert {kind.model for kind in kinds.values()} == _union_members(union)
         for type_, kind in kinds.items():
             assert kind.type == type_ and kind.model.model_fields["type"].default == type_
-            assert kind.nmos_transport in (NMOS_RTP, NMOS_WEBSOCKET) and kind.label and kind.description
+            assert kind.nmos_transport in (NMOS_RTP, NMOS_WEBSOCKET, vendor_transport(type_))
+            assert kind.label and kind.description
             assert kind.url_scheme in (None, type_)
             for field, _ in kind.url_query.values():
                 assert field in kind.model.model_fields, (type_, field)
@@ -44,7 +47,14 @@ def test_interop_labels_and_transports() -> None:
     # interop.md 11: rtp and udp outputs both report `udp`; interop.md 5: webrtc/whep are websocket.
     assert OUTPUT_KINDS["rtp"].label == OUTPUT_KINDS["udp"].label == "udp"
     assert INPUT_KINDS["webrtc"].nmos_transport == INPUT_KINDS["whep"].nmos_transport == NMOS_WEBSOCKET
-    assert INPUT_KINDS["rtmp"].nmos_transport == NMOS_RTP
+    # Only RTP is urn:x-nmos:transport:rtp; the kinds NMOS has no transport for carry their own URN
+    # (IS-04 allows one outside urn:x-nmos:) and so stay out of IS-05 (docs/nmos.md "Transports").
+    assert INPUT_KINDS["rtp"].nmos_transport == OUTPUT_KINDS["rtp"].nmos_transport == NMOS_RTP
+    for kind in ("udp", "srt", "rtmp", "rtsp", "hls"):
+        for table in (INPUT_KINDS, OUTPUT_KINDS):
+            if kind in table:
+                assert table[kind].nmos_transport == f"urn:x-mediaplane:transport:{kind}"
+                assert table[kind].nmos_transport not in IS05_TRANSPORTS
 
 
 def test_every_driver_has_a_declared_kind_and_the_rest_answer_400() -> None:
