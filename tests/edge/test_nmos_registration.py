@@ -136,19 +136,69 @@ def test_failure_fails_over_and_the_next_registry_gets_a_heartbeat_first(failure
     assert {r.registry for r in sent} == {B} and kinds(sent)[0] == "register:node"
 
 
+def fail_over_to_b(client: RegistrationClient, now: float) -> Request:
+    """Registered with A; A's heartbeat fails at ``now``: the probe heartbeat to B, unanswered."""
+    beat = client.next_request(now)
+    assert beat is not None and beat.registry == A and beat.purpose == "heartbeat"
+    client.response(beat, None, now)
+    probe = client.next_request(now)
+    assert probe is not None and probe.registry == B and probe.purpose == "heartbeat"
+    return probe
+
+
 def test_a_heartbeat_200_on_the_new_registry_carries_on_without_registering() -> None:
+    """AMWA IS-04-01 test_16: a registry of the same cluster already holds the node and its
+    resources; after the fail-over the node only heartbeats there."""
     client = RegistrationClient([A, B])
     client.set_resources(resources())
     drain(client, 0.0)
-    beat = client.next_request(5.0)
-    assert beat is not None
-    client.response(beat, None, 5.0)
-    probe = client.next_request(5.0)
-    assert probe is not None
+    probe = fail_over_to_b(client, 5.0)
+    assert not client.registered and client.registered_with is None
     client.response(probe, 200, 5.0)  # the cluster still holds the node and its resources
-    sent = drain(client, 5.0)
-    # Only what this client has not seen registered there is sent again (it forgot on the switch).
-    assert all(r.registry == B for r in sent)
+    assert client.registered and client.registered_with == B
+    assert drain(client, 5.0) == []  # nothing registered again
+    assert len(client.registered_resources()) == 6
+    beat = client.next_request(10.0)
+    assert beat is not None and beat.purpose == "heartbeat" and beat.registry == B
+    client.response(beat, 200, 10.0)
+    assert drain(client, 10.0) == []
+
+
+def test_after_a_200_probe_only_what_the_cluster_was_not_told_is_sent() -> None:
+    """A resource that changed while the old registry was failing (its update never answered)
+    is POSTed to the new one as an update; the node and everything else are not."""
+    client = RegistrationClient([A, B])
+    client.set_resources(resources())
+    drain(client, 0.0)
+    changed = resources()
+    changed["flow"]["flow0"]["version"] = "2:0"
+    client.set_resources(changed)
+    update = client.next_request(1.0)
+    assert update is not None and update.resource_type == "flow" and update.registry == A
+    client.response(update, 503, 1.0)  # A fails on the update: fail over to B
+    probe = client.next_request(1.0)
+    assert probe is not None and probe.purpose == "heartbeat" and probe.registry == B
+    client.response(probe, 200, 1.0)
+    sent = drain(client, 1.0)
+    assert kinds(sent) == ["register:flow"] and sent[0].registry == B and sent[0].version == "2:0"
+
+
+def test_a_404_probe_after_a_fail_over_registers_everything_node_first() -> None:
+    client = RegistrationClient([A, B])
+    client.set_resources(resources())
+    drain(client, 0.0)
+    probe = fail_over_to_b(client, 5.0)
+    client.response(probe, 404, 5.0)
+    assert client.registered_resources() == {}
+    assert kinds(drain(client, 5.0)) == [
+        "register:node",
+        "register:device",
+        "register:source",
+        "register:flow",
+        "register:sender",
+        "register:receiver",
+    ]
+    assert client.registered_with == B
 
 
 def test_all_registries_failing_backs_off_exponentially() -> None:

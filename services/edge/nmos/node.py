@@ -18,9 +18,10 @@ import logging
 import socket
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
 
@@ -35,13 +36,21 @@ from services.edge.nmos.discovery import (
     registries_from_services,
 )
 from services.edge.nmos.model import HostInfo, Interface, NmosResources, Running, VersionTracker, build_resources
-from services.edge.nmos.registrar import Registrar
+from services.edge.nmos.registrar import Registrar, registration_base
 from services.edge.nmos.registration import Resources
 
 if TYPE_CHECKING:
     from services.edge.service import EdgeService
 
-__all__ = ["Connections", "NmosNode", "host_addresses", "host_interfaces", "primary_address"]
+__all__ = [
+    "ADVERTISE_GRACE_S",
+    "Connections",
+    "NmosNode",
+    "host_addresses",
+    "host_interfaces",
+    "primary_address",
+    "registries_to_use",
+]
 
 SYS_NET: Final = Path("/sys/class/net")
 PROC_INET6: Final = Path("/proc/net/if_inet6")
@@ -59,6 +68,13 @@ _REGISTRATION_KINDS: Final = {
 _LISTENING_WAIT_S: Final = 10.0
 DISCOVERY_SETTLE_S: Final = 1.5
 """How long the first DNS-SD answers are gathered before a registry is chosen from them."""
+ADVERTISE_GRACE_S: Final = 5.0
+"""How long no registry must have been usable (registered with and heartbeating) before the node
+advertises ``_nmos-node._tcp`` for peer-to-peer use. A registered node should not advertise
+(IS-04 3.2; AMWA IS-04-01 test_12_01): a registry's DNS-SD records can vanish and come back
+within moments (a registry restarting, re-advertised, or a switch to a new one), and a fail-over
+takes a heartbeat to a timed-out registry (2 s) and a probe of the next one. Until this passes
+without a usable registry, nothing is advertised; at boot it counts from the start of discovery."""
 _log = logging.getLogger("mediaplane.nmos")
 
 
@@ -122,6 +138,17 @@ def primary_address(family: int = 4) -> str | None:
         return None
 
 
+def registries_to_use(discovered: list[str], previous: list[str], registered_with: str | None) -> list[str]:
+    """The Registration APIs to hand the registrar: ``discovered`` (best first), and the one in
+    use (among ``previous``; ``registered_with`` is its API base) last while it still answers,
+    even when its DNS-SD record went: losing an advert is no reason to leave a registry that
+    works (the node stays registered there until it fails, then this drops it)."""
+    if registered_with is None or any(registration_base(url) == registered_with for url in discovered):
+        return list(discovered)
+    held = [url for url in previous if registration_base(url) == registered_with]
+    return [*discovered, *held[:1]]
+
+
 # --------------------------------------------------------------------------- the node
 @dataclass
 class Connections:
@@ -146,6 +173,7 @@ class NmosNode:
         self.registrar: Registrar | None = None
         self.registries: list[str] = []
         """The Registration APIs in use, in priority order (static first, then DNS-SD's)."""
+        self._health_changed: Callable[[], None] | None = None  # set while discovering
 
     def host_info(self) -> HostInfo:
         """Where this node's APIs answer: the listening address, or, listening on every
@@ -210,11 +238,19 @@ class NmosNode:
                 await trio.sleep(0.05)
         static = [settings.registry_url] if settings.registry_url else []
         self.registries = list(static)
-        self.registrar = Registrar(self.registration_resources, static)
+        self.registrar = Registrar(self.registration_resources, static, on_health=self._on_health)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registrar.run)
             if not static:
                 await self._discover(nursery)
+
+    def registered_with(self) -> str | None:
+        """The Registration API (base URL) the node is registered with and heartbeating to."""
+        return self.registrar.client.registered_with if self.registrar is not None else None
+
+    def _on_health(self, registered_with: str | None) -> None:
+        if self._health_changed is not None:
+            self._health_changed()
 
     async def _discover(self, nursery: trio.Nursery) -> None:
         """Browse (mDNS and unicast DNS-SD) and hand the registrar each new list, best first.
@@ -222,59 +258,98 @@ class NmosNode:
         The first list is handed over after ``DISCOVERY_SETTLE_S``: answers to the first query
         arrive over some tens of milliseconds (RFC 6762 6: responders wait 20-120 ms), and a
         node that took the first one heard would stay with it even when a better one answers a
-        moment later (the registry in use is kept while it works). Until then, and whenever no
-        registry is known, the node advertises itself for peer-to-peer use.
+        moment later (the registry in use is kept while it works). The registry the node is
+        registered with stays in the list while it answers, even once its DNS-SD record went
+        (:func:`registries_to_use`). Once no registry has been usable for ``ADVERTISE_GRACE_S``
+        (counted from now at boot), the node advertises itself for peer-to-peer use.
         """
-        advertiser = _Advertising(self)
+
+        def advertise(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> Awaitable[None]:
+            host = self.host_info()
+            advertiser = NodeAdvertiser(
+                name=f"mediaplane-{socket.gethostname()}", address=host.api_host, port=host.api_port
+            )
+            return advertiser.run(task_status=task_status)
+
+        advertising = _Advertising(lambda: self.registered_with() is not None, advertise)
         by_source: dict[str, list[DiscoveredService]] = {"mdns": [], "unicast": []}
         settled = False
 
         def publish() -> None:
-            self.registries = registries_from_services([*by_source["mdns"], *by_source["unicast"]])
+            discovered = registries_from_services([*by_source["mdns"], *by_source["unicast"]])
+            self.registries = registries_to_use(discovered, self.registries, self.registered_with())
             assert self.registrar is not None
             self.registrar.set_registries(self.registries)
-            advertiser.update()
+            advertising.update()
 
         def found(source: str, services: list[DiscoveredService]) -> None:
             by_source[source] = services
             if settled:
                 publish()
 
+        def health_changed() -> None:
+            if settled:
+                publish()  # a registry kept only while it answered is dropped once it fails
+            advertising.update()
+
+        self._health_changed = health_changed
+        nursery.start_soon(advertising.keep)
         await nursery.start(MdnsBrowser(functools.partial(found, "mdns")).run)
         await nursery.start(UnicastBrowser(functools.partial(found, "unicast")).run)
         await trio.sleep(DISCOVERY_SETTLE_S)
         settled = True
         publish()
-        nursery.start_soon(advertiser.keep)
+
+
+class _Advertiser(Protocol):
+    def __call__(self, *, task_status: trio.TaskStatus[None] = ...) -> Awaitable[None]: ...
 
 
 class _Advertising:
-    """Advertises ``_nmos-node._tcp`` while no Registration API is known (IS-04 3.2)."""
+    """Advertises ``_nmos-node._tcp`` (IS-04 3.2) once no registry has been usable for
+    ``grace_s`` (``usable()`` false all along), and withdraws it as soon as one is.
 
-    def __init__(self, node: NmosNode) -> None:
-        self._node = node
+    ``advertise`` runs the advertisement (it reports started once advertised, and withdraws it
+    when cancelled); :meth:`update` says ``usable()`` may have changed.
+    """
+
+    def __init__(self, usable: Callable[[], bool], advertise: _Advertiser, grace_s: float = ADVERTISE_GRACE_S) -> None:
+        self._usable = usable
+        self._advertise = advertise
+        self._grace_s = grace_s
         self._changed = trio.Event()
+        self.advertising = False
 
     def update(self) -> None:
         self._changed.set()
 
-    async def keep(self) -> None:
+    async def _until(self, predicate: Callable[[], bool]) -> None:
         while True:
             self._changed = trio.Event()
-            if self._node.registries:
-                await self._changed.wait()
-                continue
-            host = self._node.host_info()
-            advertiser = NodeAdvertiser(
-                name=f"mediaplane-{socket.gethostname()}", address=host.api_host, port=host.api_port
-            )
+            if predicate():
+                return
+            await self._changed.wait()
+
+    def _unusable(self) -> bool:
+        return not self._usable()
+
+    async def keep(self) -> None:
+        while True:
+            await self._until(self._unusable)
+            with trio.move_on_after(self._grace_s):
+                await self._until(self._usable)
+                continue  # a registry became usable within the grace period: nothing advertised
             async with trio.open_nursery() as nursery:
                 try:
-                    await nursery.start(advertiser.run)
+                    await nursery.start(self._advertise)
                 except Exception as exc:  # mDNS unavailable here: the node still serves its APIs
                     _log.warning("NMOS: cannot advertise _nmos-node._tcp (%s)", type(exc).__name__)
                     nursery.cancel_scope.cancel()
-                    await self._changed.wait()
-                    continue
-                await self._changed.wait()
-                nursery.cancel_scope.cancel()
+                else:
+                    self.advertising = True
+                    try:
+                        await self._until(self._usable)
+                    finally:
+                        self.advertising = False
+                        nursery.cancel_scope.cancel()
+            await self._until(self._usable)

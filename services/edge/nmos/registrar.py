@@ -38,7 +38,8 @@ def registration_base(url: str) -> str:
 
 class Registrar:
     """Keeps the node registered. Start :meth:`run` in a nursery; call :meth:`set_registries`
-    with each discovery result and :meth:`changed` when the resources change."""
+    with each discovery result and :meth:`changed` when the resources change. ``on_health`` is
+    called with :attr:`RegistrationClient.registered_with` each time it changes."""
 
     def __init__(
         self,
@@ -46,11 +47,14 @@ class Registrar:
         registries: list[str],
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        on_health: Callable[[str | None], None] | None = None,
     ) -> None:
         self._resources = resources
         self.client = RegistrationClient([registration_base(url) for url in registries])
         self._transport = transport
         self._wake = trio.Event()
+        self._on_health = on_health
+        self._told: str | None = None
 
     def set_registries(self, registries: list[str]) -> None:
         """A new list in priority order (the static one first, then DNS-SD's)."""
@@ -66,6 +70,7 @@ class Registrar:
             task_status.started()
             while True:
                 self._wake = trio.Event()
+                self._tell_health()
                 self.client.set_resources(self._resources())
                 request = self.client.next_request(trio.current_time())
                 if request is not None:
@@ -76,6 +81,15 @@ class Registrar:
                 poll_at = trio.current_time() + POLL_S
                 with trio.move_on_at(poll_at if deadline is None else min(deadline, poll_at)):
                     await self._wake.wait()
+
+    def _tell_health(self) -> None:
+        """``on_health(registered_with)`` whenever the registry the node is registered with
+        (and heartbeating to) changes, None included: the node's DNS-SD side follows it."""
+        now = self.client.registered_with
+        if now != self._told:
+            self._told = now
+            if self._on_health is not None:
+                self._on_health(now)
 
     async def _send(self, http: httpx.AsyncClient, request: Request) -> int | None:
         try:

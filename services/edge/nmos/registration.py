@@ -23,11 +23,13 @@ Behaviour, each rule from the AMWA text:
 - **4xx on a registration** (other than the heartbeat's 404): that request is not tried again
   until the resource changes ("must not be re-attempted without corrective action").
 - **5xx, no connection or a timeout**: fail over to the next Registration API in priority order;
-  the first request to a new one is a heartbeat (200: carry on there, and post every resource
-  again, which the registry takes as updates: it may hold versions from before the outage;
-  404: register all). When
-  every registry has failed, back off exponentially (1 s doubling to 30 s) and start again with
-  the first.
+  the first request to a new one is a heartbeat. A 200 means the registry (one of the same
+  cluster) already knows the node: the resources count as registered there at the versions the
+  old registry acknowledged, so the node only heartbeats, and POSTs (as updates) just the
+  resources that changed since; the node itself is not registered again (AMWA IS-04-01
+  test_16). A 404 means it does not: everything is registered, node first, in dependency
+  order. When every registry has failed, back off exponentially (1 s doubling to 30 s) and
+  start again with the first.
 """
 
 from __future__ import annotations
@@ -112,6 +114,12 @@ class RegistrationClient:
     def registered(self) -> bool:
         """The node is registered with the current registry (heartbeats keep it)."""
         return self._state.node_registered
+
+    @property
+    def registered_with(self) -> str | None:
+        """The Registration API the node is registered with and heartbeating to successfully,
+        or None (not registered, failing over, backing off, or no registry at all)."""
+        return self.registry if self._state.node_registered else None
 
     def registered_resources(self) -> dict[tuple[str, str], str]:
         return dict(self._state.registered)
@@ -252,7 +260,15 @@ class RegistrationClient:
         self._next_heartbeat = None
 
     def _switch_registry(self, *, probe: bool) -> None:
-        self._forget_registrations()
+        # What the old registry acknowledged is kept (``registered``): a registry of the same
+        # cluster holds it, and a 200 to the probe heartbeat means carry on there with
+        # heartbeats only, POSTing just what changed since (AMWA IS-04-01 test_16). A 404
+        # forgets it all. Refusals (4xx) were the old registry's: the new one is asked afresh.
+        self._state.rejected.clear()
+        self._state.node_registered = False
+        self._next_heartbeat = None
+        if not probe:
+            self._forget_registrations()
         self._state.probe_first = probe
         self._pending_clear = self._cleared = False
         self._in_flight = None
