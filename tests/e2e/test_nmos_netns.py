@@ -13,6 +13,7 @@ Skips only where namespaces are impossible (see tests/helpers/netns.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import time
 from pathlib import Path
@@ -199,9 +200,7 @@ async def test_the_edge_finds_registries_by_mdns_and_fails_over(tmp_path: Path) 
                         await run_registry(first, host=net.host_addr, task_status=task_status)
 
                 await nursery.start(run_first)
-                await nursery.start(
-                    lambda task_status: run_registry(second, host=net.host_addr, task_status=task_status)
-                )
+                await nursery.start(functools.partial(run_registry, second, host=net.host_addr))
                 for registry, pri in ((first, 10), (second, 20)):
                     port = int(registry.url.rsplit(":", 1)[1])
                     adverts.append(await trio.to_thread.run_sync(advertise_registry, net.host_addr, port, pri))
@@ -246,4 +245,67 @@ async def test_the_edge_finds_registries_by_mdns_and_fails_over(tmp_path: Path) 
         finally:
             for zc in adverts:
                 await trio.to_thread.run_sync(zc.close)
+            await trio.to_thread.run_sync(stack.close)
+
+
+async def test_without_a_registry_the_edge_advertises_itself_until_one_appears(tmp_path: Path) -> None:
+    """IS-04 3.2 peer to peer: ``_nmos-node._tcp`` while no registry is known, withdrawn once one is."""
+    from zeroconf import ServiceBrowser, ServiceStateChange
+
+    with netns_pair("nmp") as net:
+        registry = NmosRegistry()
+        seen: dict[str, ServiceInfo | None] = {}
+        changed = trio.Event()
+        token = trio.lowlevel.current_trio_token()
+
+        def note(zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:
+            info = (
+                zeroconf.get_service_info(service_type, name, timeout=2000) if state_change.name != "Removed" else None
+            )
+            seen[name] = info
+            trio.from_thread.run_sync(changed.set, trio_token=token)
+
+        async def until(predicate: Any, timeout: float) -> None:
+            nonlocal changed
+            with trio.fail_after(timeout):
+                while not predicate():
+                    changed = trio.Event()
+                    await changed.wait()
+
+        browser_zc = await trio.to_thread.run_sync(lambda: Zeroconf(interfaces=[net.host_addr]))
+        browser = ServiceBrowser(browser_zc, "_nmos-node._tcp.local.", handlers=[note])
+        stack = contextlib.ExitStack()
+        advert: Zeroconf | None = None
+        try:
+            config = {
+                "version": 1,
+                "setup_enabled": False,
+                "server": {"listen_addr": "127.0.0.1", "listen_port": 8080},
+                "nmos": {"enabled": True},
+                "flows": [],
+            }
+            edge = await trio.to_thread.run_sync(stack.enter_context, edge_in_netns(net, tmp_path / "edge", config))
+            await until(lambda: any(info is not None for info in seen.values()), timeout=20)
+            info = next(info for info in seen.values() if info is not None)
+            assert info.parsed_addresses() == [net.ns_addr] and info.port == 18080
+            assert {k.decode(): (v or b"").decode() for k, v in info.properties.items()} == {
+                "api_proto": "http",
+                "api_ver": "v1.3",
+                "api_auth": "false",
+            }
+            assert httpx.get(f"http://{net.ns_addr}:18080/x-nmos/node/v1.3/self", trust_env=False).status_code == 200
+
+            async with trio.open_nursery() as nursery:
+                await nursery.start(functools.partial(run_registry, registry, host=net.host_addr))
+                port = int(registry.url.rsplit(":", 1)[1])
+                advert = await trio.to_thread.run_sync(advertise_registry, net.host_addr, port, 10)
+                await registry.wait_for(lambda: len(registry.of_type("device")) == 1, timeout=30)
+                await until(lambda: all(info is None for info in seen.values()), timeout=20)  # withdrawn
+                assert edge.stop() == 0, edge.log()
+                nursery.cancel_scope.cancel()
+        finally:
+            await trio.to_thread.run_sync(browser.cancel)
+            await trio.to_thread.run_sync(browser_zc.close)
+            if advert is not None:
+                await trio.to_thread.run_sync(advert.close)
             await trio.to_thread.run_sync(stack.close)

@@ -100,19 +100,20 @@ def host_interfaces(sys_net: Path = SYS_NET) -> tuple[Interface, ...]:
     return tuple(found)
 
 
-def host_addresses(family: int = 4, proc_inet6: Path = PROC_INET6) -> list[str]:
-    """The host's global addresses: IPv4 (one per interface, ``SIOCGIFADDR``) or IPv6
-    (``/proc/net/if_inet6``, global scope), loopback and link-local left out."""
-    found: list[str] = []
+def host_address_interfaces(family: int = 4, proc_inet6: Path = PROC_INET6) -> dict[str, str]:
+    """The host's global addresses and the interface holding each: IPv4 (one per interface,
+    ``SIOCGIFADDR``) or IPv6 (``/proc/net/if_inet6``, global scope), loopback and link-local
+    left out."""
+    found: dict[str, str] = {}
     if family == 6:
         try:
             lines = proc_inet6.read_text().splitlines()
         except OSError:
-            return []
+            return {}
         for line in lines:
             fields = line.split()
             if len(fields) >= 6 and fields[3] == "00":  # scope: global
-                found.append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
+                found[str(ipaddress.IPv6Address(bytes.fromhex(fields[0])))] = fields[5]
         return found
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         for _, name in socket.if_nameindex():
@@ -122,8 +123,13 @@ def host_addresses(family: int = 4, proc_inet6: Path = PROC_INET6) -> list[str]:
                 continue
             address = ipaddress.IPv4Address(packed[20:24])
             if not address.is_loopback and not address.is_link_local:
-                found.append(str(address))
+                found[str(address)] = name
     return found
+
+
+def host_addresses(family: int = 4, proc_inet6: Path = PROC_INET6) -> list[str]:
+    """The host's global addresses (see :func:`host_address_interfaces`)."""
+    return list(host_address_interfaces(family, proc_inet6))
 
 
 def primary_address(family: int = 4) -> str | None:
@@ -191,7 +197,15 @@ class NmosNode:
             families = (6, 4) if ":" in host else (4,)  # "::" is dual-stack
             host = primary_address(families[0]) or ("::1" if ":" in host else "127.0.0.1")
             others = tuple(address for family in families for address in host_addresses(family))
-        return HostInfo(socket.gethostname(), host, int(port), host_interfaces(), protocol=scheme, other_hosts=others)
+        return HostInfo(
+            socket.gethostname(),
+            host,
+            int(port),
+            host_interfaces(),
+            protocol=scheme,
+            other_hosts=others,
+            address_interfaces={**host_address_interfaces(4), **host_address_interfaces(6)},
+        )
 
     def running(self) -> Running:
         snapshot = self._service.snapshot()
@@ -220,6 +234,12 @@ class NmosNode:
         """The resources as the registration client takes them (``{type: {id: body}}``)."""
         by_kind = self.resources().by_kind
         return {kind: dict(by_kind.get(collection, {})) for kind, collection in _REGISTRATION_KINDS.items()}
+
+    def activated(self, role: str, endpoint_id: str) -> None:
+        """An IS-05 activation was applied to a sender or receiver: its IS-04 version moves (even
+        when its body does not) and the registry hears of it now."""
+        self.tracker.touch("senders" if role == "sender" else "receivers", endpoint_id)
+        self.changed()
 
     def changed(self) -> None:
         """The config or the running state changed: tell the registry now."""
