@@ -243,6 +243,30 @@ def test_state_stages_activates_and_schedules() -> None:
     assert state.staged_body(endpoint, legs)["activation"]["mode"] is None
 
 
+def test_a_scheduled_activation_being_applied_is_active_already() -> None:
+    """From its due time a scheduled activation shows in ``active`` (AMWA IS-05-01 test_27/28),
+    though applying it (a flow restart) takes a while; ``auto`` resolves to the current value."""
+    out = flow().outputs[0]
+    endpoint = c.endpoints(NODE, [flow()])[ids.sender_id(NODE, "f1", "o1")]
+    state = c.ConnectionState()
+    legs = c.sender_legs(out, True)
+    due = {"mode": "activate_scheduled_relative", "requested_time": "0:200000000", "activation_time": "12:0"}
+    body = {
+        "receiver_id": "5b4f5b7e-0000-4000-8000-00000000cafe",
+        "master_enable": True,
+        "activation": due,
+        "transport_params": [{**legs[0], "destination_port": 7100, "source_ip": "auto"}],
+    }
+    state.of(endpoint.id).applying = body
+    shown = state.active_body(endpoint, legs)
+    assert shown["activation"] == due and shown["receiver_id"] == body["receiver_id"]
+    assert shown["transport_params"][0]["destination_port"] == 7100
+    assert shown["transport_params"][0]["source_ip"] == legs[0]["source_ip"]
+    assert problems(IS05, "sender-response-schema.json", shown) == []
+    state.of(endpoint.id).applying = None
+    assert state.active_body(endpoint, legs)["activation"] == c.idle_activation()
+
+
 def test_addresses_must_be_ip_literals() -> None:
     out = flow().outputs[0]
     with pytest.raises(c.PatchRejected) as info:

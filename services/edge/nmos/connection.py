@@ -425,6 +425,7 @@ class EndpointState:
     peer: str | None = None  # receiver_id of a sender, sender_id of a receiver (active)
     activation: dict[str, Any] = field(default_factory=idle_activation)  # of the last activation
     pending: Pending | None = None
+    applying: dict[str, Any] | None = None  # a scheduled activation due now, while it is applied
 
 
 @dataclass
@@ -437,11 +438,19 @@ class ConnectionState:
         return self.states.setdefault(endpoint_id, EndpointState())
 
     def active_body(self, endpoint: Endpoint, legs: list[Leg]) -> dict[str, Any]:
+        """``active``: the last activation over ``legs`` (the config's). While a scheduled
+        activation is being applied (a flow restarting takes tens of milliseconds), its values
+        show already: they are active from the activation time on (IS-05 "Activation"; AMWA
+        IS-05-01 test_27/28 read ``active`` right at that time)."""
         state = self.of(endpoint.id)
+        peer_key = "receiver_id" if endpoint.role == "sender" else "sender_id"
+        applying = state.applying
+        if applying is not None:
+            legs = [_resolve(leg, cur) for leg, cur in zip(applying["transport_params"], legs, strict=False)]
         body: dict[str, Any] = {
-            "receiver_id" if endpoint.role == "sender" else "sender_id": state.peer,
-            "master_enable": state.master_enable,
-            "activation": dict(state.activation),
+            peer_key: applying.get(peer_key) if applying is not None else state.peer,
+            "master_enable": bool(applying.get("master_enable", True)) if applying is not None else state.master_enable,
+            "activation": dict(applying["activation"] if applying is not None else state.activation),
             "transport_params": copy.deepcopy(legs),
         }
         if endpoint.role == "receiver":

@@ -309,11 +309,14 @@ async def _scheduled(app: Any, endpoint: c.Endpoint, scope: trio.CancelScope) ->
         try:
             with trio.CancelScope(shield=True):
                 async with conns.lock:
+                    st.applying = pending.body  # ``active`` shows it from the due time on
                     await _apply(endpoint, pending.body)
         except Exception as exc:  # the answer went out already: log it, drop the pending activation
             _log.error("scheduled IS-05 activation of %s failed: %s", endpoint.id, exc)
             st.pending = None
             return
+        finally:
+            st.applying = None
         conns.state.activated(endpoint, pending.body, pending.body["activation"])
         _service().nmos.activated(endpoint.role, endpoint.id)
         try:
