@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint bench debs venv clean man
+.PHONY: run test check lint bench nmos-conformance debs venv clean man
 
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ check: lint
 ## make bench: benchmarks against real peers, run on demand (not in CI)
 bench: debs venv
 	$(PY) -m bench
+
+## make nmos-conformance: AMWA nmos-testing (IS-04-01, IS-05-01, IS-05-02) against a real
+## mp-edge in a network namespace, on demand (needs root and local snapshots of the AMWA
+## repositories, NMOS_MIRROR; not in CI, which cannot reach GitHub). docs/nmos.md "Conformance".
+nmos-conformance: debs venv
+	bash tools/nmos_conformance.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info
