@@ -82,7 +82,7 @@ class TsDemuxer:
         self.stats = DemuxStats()
         self._want_program = program_number
         self._rest = bytearray()
-        self._synced = True
+        self._synced = False  # the first packet needs its successor's sync byte too
         self._pat = SectionAssembler()
         self._pmt = SectionAssembler()
         self._pat_cc: int | None = None
@@ -106,25 +106,24 @@ class TsDemuxer:
         n = len(buf)
         pos = 0
         while n - pos >= TS_PACKET_SIZE:
-            if buf[pos] != SYNC_BYTE or not self._synced:
-                nxt = pos if buf[pos] == SYNC_BYTE else buf.find(b"\x47", pos + 1)
+            if self._synced and buf[pos] != SYNC_BYTE:
+                self._synced = False
+                self.stats.sync_losses += 1
+            if not self._synced:
+                # §2.4.3.2: look for a sync byte that the next packet's sync byte confirms.
+                nxt = buf.find(b"\x47", pos)
                 if nxt < 0:
                     self.stats.bytes_skipped += n - pos
                     pos = n
                     break
-                if self._synced:
-                    self._synced = False
-                    self.stats.sync_losses += 1
-                if n - nxt < 2 * TS_PACKET_SIZE:
-                    self.stats.bytes_skipped += nxt - pos
-                    pos = nxt  # wait for the confirming packet
-                    break
-                if buf[nxt + TS_PACKET_SIZE] != SYNC_BYTE:
-                    self.stats.bytes_skipped += nxt + 1 - pos
-                    pos = nxt + 1
-                    continue
                 self.stats.bytes_skipped += nxt - pos
                 pos = nxt
+                if n - pos < 2 * TS_PACKET_SIZE:
+                    break  # wait for the confirming packet
+                if buf[pos + TS_PACKET_SIZE] != SYNC_BYTE:
+                    self.stats.bytes_skipped += 1
+                    pos += 1
+                    continue
                 self._synced = True
             self._packet(memoryview(buf)[pos : pos + TS_PACKET_SIZE], out)
             pos += TS_PACKET_SIZE
@@ -136,8 +135,12 @@ class TsDemuxer:
         return out
 
     def flush(self) -> list[AccessUnit]:
-        """End of stream: the access units of every PES still being collected."""
+        """End of stream: the last packet (if it looks like one) and every PES still being collected."""
         out: list[AccessUnit] = []
+        rest = self._rest
+        if len(rest) >= TS_PACKET_SIZE and rest[0] == SYNC_BYTE:
+            self._packet(memoryview(bytes(rest[:TS_PACKET_SIZE])), out)
+        rest.clear()
         for stream in self._streams.values():
             self._finish(stream, out)
         return out

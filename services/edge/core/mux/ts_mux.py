@@ -215,7 +215,7 @@ class MuxStats:
     pes_packets: int = 0
     psi_repetitions: int = 0
     pcrs: int = 0
-    late_units: int = 0  # CBR: units whose packets could not start by their DTS - pcr_offset
+    late_units: int = 0  # CBR: units whose last packet leaves after their DTS (mux_rate too low)
     clock_jumps: int = 0
 
 
@@ -334,6 +334,10 @@ class TsMuxer:
             self._put_pcr_only(out, self._pcr_value(out, target_pcr))
         self._packetize(out, pid, header + data, keyframe, pcr)
         self.stats.pes_packets += 1
+        if cfg.mux_rate:
+            done = self._cbr_pcr(self._sent + len(out) // TS_PACKET_SIZE)
+            if done is not None and done > clock * PCR_PER_90K:
+                self.stats.late_units += 1  # the rate is too low: the unit ends after its DTS
         return self._finish(out)
 
     def _cbr_pcr(self, index: int) -> int | None:
@@ -352,8 +356,7 @@ class TsMuxer:
         now = self._cbr_pcr(index)
         assert now is not None
         if now > target_pcr:
-            self.stats.late_units += 1
-            return
+            return  # still sending earlier units: this one goes out right after them
         interval = self.config.pcr_interval * PCR_PER_90K
         while True:
             now = self._cbr_pcr(self._sent + len(out) // TS_PACKET_SIZE)
