@@ -64,7 +64,7 @@ class _Stream:
     cap: int
     buf: bytearray = field(default_factory=bytearray)
     active: bool = False  # a PES is being collected
-    expected: int = 0  # total PES bytes from PES_packet_length, 0 = unbounded
+    expected: int = 0  # total PES bytes from PES_packet_length; 0 = unbounded, -1 = not read yet
     rai: bool = False
     last_cc: int | None = None
     last_pts: int | None = None
@@ -296,10 +296,8 @@ class TsDemuxer:
             self._finish(stream, out)
             stream.active = True
             stream.rai = rai
+            stream.expected = -1  # PES_packet_length not read yet (the header may be split)
             stream.buf += payload
-            if len(stream.buf) >= 6:
-                length = (stream.buf[4] << 8) | stream.buf[5]
-                stream.expected = 6 + length if length else 0
         elif stream.active:
             stream.buf += payload
             if len(stream.buf) > stream.cap:
@@ -309,7 +307,10 @@ class TsDemuxer:
                 return
         else:
             return  # the middle of a PES whose start we never saw
-        if stream.expected and len(stream.buf) >= stream.expected:
+        if stream.expected < 0 and len(stream.buf) >= 6:
+            length = (stream.buf[4] << 8) | stream.buf[5]
+            stream.expected = 6 + length if length else 0
+        if stream.expected > 0 and len(stream.buf) >= stream.expected:
             self._finish(stream, out)
 
     def _finish(self, stream: _Stream, out: list[AccessUnit]) -> None:
@@ -317,10 +318,10 @@ class TsDemuxer:
         if not stream.active:
             return
         stream.active = False
-        pes = bytes(stream.buf[: stream.expected] if stream.expected else stream.buf)
+        pes = bytes(stream.buf[: stream.expected] if stream.expected > 0 else stream.buf)
         stream.buf.clear()
         end = len(pes)
-        if stream.expected and end < stream.expected:
+        if stream.expected > 0 and end < stream.expected:
             self.stats.malformed_pes += 1
             return
         es_start = pes_payload_start(pes, 0, end)

@@ -156,3 +156,20 @@ def test_oversize_pes_is_dropped_and_counted() -> None:
         d.feed(bytes((0x47, 0x01, 0x01, 0x10 | ((k + 1) & 0x0F))) + b"\x00" * 184)
     assert d.stats.oversize_pes == 1
     assert d.flush() == []
+
+
+def test_a_pes_header_split_across_packets() -> None:
+    # The first packet of the PES carries only 4 bytes of it (a 180-byte adaptation field):
+    # PES_packet_length is read from the next packet, and the unit still ends on its length.
+    d = TsDemuxer()
+    d.feed(TsMuxer(MuxConfig(audio_codec=None)).tables())
+    frame = adts(50)
+    pes = bytes.fromhex("000001c0") + (3 + 5 + len(frame)).to_bytes(2, "big") + bytes.fromhex("848005210001000" + "1")
+    pes += frame
+    d.feed(_psi_packet(0x1000, pmt_section(1, 0x101, [(0x0F, 0x101)], version=1), 1))
+    first = bytes((0x47, 0x41, 0x01, 0x30, 179, 0x00)) + b"\xff" * 178 + pes[:4]
+    rest = pes[4:]
+    second = bytes((0x47, 0x01, 0x01, 0x31, 183 - len(rest), 0x00)) + b"\xff" * (182 - len(rest)) + rest
+    units = d.feed(first + second)
+    assert [u.data for u in units] == [frame]
+    assert units[0].pts == 0
