@@ -5,6 +5,7 @@ from __future__ import annotations
 from services.edge.core.mux.ts_demux import MAX_AUDIO_PES, TsDemuxer
 from services.edge.core.mux.ts_mux import MuxConfig, TsMuxer, pat_section, pmt_section
 from services.edge.core.mux.units import AccessUnit
+from services.edge.core.ts.psi import crc32_mpeg2
 
 from .helpers import adts, h264_au, pid_of, split
 
@@ -173,3 +174,16 @@ def test_a_pes_header_split_across_packets() -> None:
     units = d.feed(first + second)
     assert [u.data for u in units] == [frame]
     assert units[0].pts == 0
+
+
+def test_program_number_picks_the_program() -> None:
+    two = bytes.fromhex("00b0110001c10000" + "0001f000" + "0002f100")
+    pat = two + crc32_mpeg2(two).to_bytes(4, "big")
+    for wanted, pmt_pid in ((None, 0x1000), (2, 0x1100)):
+        d = TsDemuxer(program_number=wanted)
+        d.feed(_psi_packet(0, pat, 0))
+        d.feed(_psi_packet(0x1000, pmt_section(1, 0x100, [(0x1B, 0x100)]), 0))
+        d.feed(_psi_packet(0x1100, pmt_section(2, 0x200, [(0x24, 0x200)]), 0))
+        d.flush()
+        assert d.program_number == (wanted or 1)
+        assert d.streams == ({0x100: ("video", "h264")} if pmt_pid == 0x1000 else {0x200: ("video", "hevc")})

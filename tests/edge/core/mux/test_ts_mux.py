@@ -138,6 +138,15 @@ def test_pcr_spacing_at_most_40_ms_and_monotonic() -> None:
     gaps = [b - a for a, b in itertools.pairwise(values)]
     assert min(gaps) >= 0
     assert max(gaps) <= 40 * 27_000
+    # PCR <= DTS of the unit it travels with (§2.4.3.5, PCR = DTS - pcr_offset).
+    for p in split(out):
+        pcr = pcr_of(p)
+        if pcr is not None and p[1] & 0x40 and pid_of(p) == 0x100:
+            es = p[5 + p[4] :]
+            dts_field = es[14:19] if es[7] & 0xC0 == 0xC0 else es[9:14]
+            dts = ((dts_field[0] >> 1) & 7) << 30 | dts_field[1] << 22 | (dts_field[2] >> 1) << 15
+            dts |= dts_field[3] << 7 | dts_field[4] >> 1
+            assert pcr // 300 <= dts
 
 
 def test_psi_repeats_at_least_every_100_ms_of_dts_and_before_keyframes() -> None:
