@@ -223,8 +223,8 @@ class TsMuxer:
     """Muxes one program's access units into 188-byte TS packets (see the module docstring).
 
     Feed units in DTS order across streams (within a few hundred ms); every ``mux_*`` call
-    answers the packets it produced as one ``bytearray`` (a multiple of 188 bytes, possibly
-    empty never: at least the unit's PES).
+    answers the packets it produced as one ``bytearray``: a multiple of 188 bytes, never
+    empty (at least the unit's PES; tables, PCR-only and CBR null packets come before it).
     """
 
     def __init__(self, config: MuxConfig | None = None) -> None:
