@@ -265,6 +265,7 @@ class RtmpInput(StrictModel):
     app: str = Field(default="live", min_length=1, max_length=256)
     stream_key: UserSecret | None = None
     max_publishers: int = Field(default=1, ge=1, le=16)
+    tls: bool = False  # RTMPS only, with the edge's certificate (interop 2.3)
 
 
 class RtspInput(StrictModel):

@@ -83,6 +83,11 @@ class ListenAddress:
     host: str  # an IP literal, without brackets
     port: int
     role: str  # "input", "2022-7 leg", "column FEC", "row FEC", "SRT listener"...
+    # A listener several flows may share (one socket, connections routed by what they ask for):
+    # the listener's identity (``rtmp`` / ``rtmps``: one socket cannot speak both) and this
+    # flow's route on it (``(app, stream_key)``, a None key taking any key). None: not shareable.
+    share_group: str | None = None
+    route: tuple[str, str | None] | None = None
 
     @property
     def multicast(self) -> bool:
@@ -107,12 +112,22 @@ class ListenAddress:
         if self.multicast and other.multicast:
             return False
         if self.host == other.host:
+            if self.share_group is not None and self.share_group == other.share_group:
+                return self._routes_overlap(other)  # one shared listener: only the routes must differ
             return True
         mine, theirs = ipaddress.ip_address(self.host), ipaddress.ip_address(other.host)
         for wild, addr in ((mine, theirs), (theirs, mine)):
             if wild.is_unspecified and (wild.version == 6 or wild.version == addr.version):
                 return True
         return False
+
+    def _routes_overlap(self, other: ListenAddress) -> bool:
+        """Whether a connection could match both routes: the same app, and the same key or
+        either key None (any key)."""
+        if self.route is None or other.route is None:
+            return True
+        (app, key), (other_app, other_key) = self.route, other.route
+        return app == other_app and (key is None or other_key is None or key == other_key)
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -154,8 +169,14 @@ def _srt_addresses(config: Any) -> list[ListenAddress]:
     return found
 
 
-def _listen_tcp(config: Any) -> list[ListenAddress]:
-    return [_addr(config.listen_addr, "listener", "tcp")]
+def _rtmp_listener(config: Any) -> list[ListenAddress]:
+    """An RTMP(S) input's listener: flows on the same ``listen_addr`` share one socket (interop
+    2.3) when they speak the same protocol and their ``(app, stream_key)`` routes cannot both
+    match a publisher."""
+    assert isinstance(config, RtmpInput)
+    host, port = split_host_port(config.listen_addr)
+    group = "rtmps" if config.tls else "rtmp"
+    return [ListenAddress("tcp", host, port, "RTMP listener", group, (config.app, config.stream_key))]
 
 
 def _bound_output_addresses(config: Any) -> list[ListenAddress]:
@@ -283,7 +304,7 @@ INPUT_KINDS: Final[dict[str, KindInfo]] = {
             "rtmp",
             vendor_transport("rtmp"),
             EventCategory.RTMP,
-            _listen_tcp,
+            _rtmp_listener,
         ),
         KindInfo("rtsp", "input", RtspInput, "RTSP camera pull", "rtsp", vendor_transport("rtsp"), EventCategory.RTSP),
         KindInfo("webrtc", "input", WebrtcInput, "WHIP server", "webrtc", NMOS_WEBSOCKET, EventCategory.WEBRTC),

@@ -103,6 +103,28 @@ def test_the_clash_rule(a: str, b: str, clash: bool) -> None:
         assert found.flow_id == "b" and found.owner == "a" and "'a'" in found.message()
 
 
+def rtmp_in(addr: str = "0.0.0.0:1935", **extra: object) -> dict[str, object]:
+    return {"type": "rtmp", "listen_addr": addr, **extra}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "clash"),
+    [
+        (rtmp_in(stream_key="k1"), rtmp_in(stream_key="k2"), False),  # one listener, two routes
+        (rtmp_in(app="live"), rtmp_in(app="backup"), False),  # different apps, any key each
+        (rtmp_in(stream_key="k1"), rtmp_in(stream_key="k1"), True),  # the same route twice
+        (rtmp_in(), rtmp_in(stream_key="k2"), True),  # "any key" would take k2's publisher too
+        (rtmp_in(stream_key="k1"), rtmp_in(stream_key="k2", tls=True), True),  # RTMP and RTMPS: two sockets
+        (rtmp_in(stream_key="k1"), rtmp_in("127.0.0.1:1935", stream_key="k2"), True),  # wildcard and specific
+        (rtmp_in("127.0.0.1:1935"), rtmp_in("127.0.0.2:1935"), False),
+        (rtmp_in(stream_key="k1"), {"type": "srt", "mode": "listener", "local_addr": "0.0.0.0:1935"}, False),  # udp
+    ],
+)
+def test_rtmp_inputs_share_a_listener_by_route(a: dict[str, object], b: dict[str, object], clash: bool) -> None:
+    """interop 2.3: flows on one RTMP listen_addr share it when no publisher could match both."""
+    assert (find_clash([flow("a", a), flow("b", b)], changed=["b"]) is not None) is clash
+
+
 def test_legs_fec_ports_srt_and_output_binds_count() -> None:
     base = flow(
         "a", rtp("127.0.0.1:5000", fec_decode={"columns": 5, "rows": 5}, redundancy={"bind_addr": "127.0.0.1:7000"})
