@@ -374,12 +374,17 @@ class RtmpServerConnection(_RtmpConnection):
         """Accepted streams still publishing: stream id -> stream key."""
         return dict(self._publishing)
 
-    def accept_publish(self, stream_id: int | None = None) -> None:
+    def accept_publish(self, stream_id: int | None = None) -> bool:
         """Accept a pending :class:`PublishRequested` (the only pending one when ``stream_id`` is None).
 
-        Sends User Control StreamBegin and onStatus NetStream.Publish.Start (§7.2.2.6).
+        Sends User Control StreamBegin and onStatus NetStream.Publish.Start (§7.2.2.6). Answers
+        False, sending nothing, when the request is no longer pending: the publisher ended it
+        (a :class:`StreamEnded` came in the same batch of events) or the connection is closed.
+        Raises RuntimeError when ``stream_id`` is None and several requests are pending.
         """
         request = self._take_pending(stream_id)
+        if request is None:
+            return False
         self._publishing[request.stream_id] = request.stream_key
         self._send_control(
             MessageType.USER_CONTROL, user_control_payload(UserControlEvent.STREAM_BEGIN, request.stream_id)
@@ -388,28 +393,33 @@ class RtmpServerConnection(_RtmpConnection):
             "status", "NetStream.Publish.Start", f"{request.stream_key} is now published.", details=request.stream_key
         )
         self._send_command(CS_STREAM, request.stream_id, "onStatus", 0.0, None, info)
+        return True
 
     def reject_publish(
         self, reason: str, stream_id: int | None = None, code: str = "NetStream.Publish.BadName"
-    ) -> None:
-        """Refuse a pending publish: onStatus level error (``code``, default BadName) then close.
+    ) -> bool:
+        """Refuse a pending publish: onStatus level error (``code``, default BadName), then close.
 
         Flush :meth:`data_to_send` and close the transport afterwards (:attr:`closed` is True).
+        Answers False when the request was no longer pending (the connection is closed all the same).
         """
         request = self._take_pending(stream_id)
-        info = _on_status("error", code, reason, details=request.stream_key)
-        self._send_command(CS_STREAM, request.stream_id, "onStatus", 0.0, None, info)
+        if request is not None:
+            info = _on_status("error", code, reason, details=request.stream_key)
+            self._send_command(CS_STREAM, request.stream_id, "onStatus", 0.0, None, info)
         self.close()
+        return request is not None
 
-    def _take_pending(self, stream_id: int | None) -> PublishRequested:
+    def _take_pending(self, stream_id: int | None) -> PublishRequested | None:
+        if self.closed:
+            return None
         if stream_id is None:
-            if len(self._pending) != 1:
+            if len(self._pending) > 1:
                 raise RuntimeError(f"{len(self._pending)} publish requests pending; name the stream_id")
+            if not self._pending:
+                return None
             stream_id = next(iter(self._pending))
-        request = self._pending.pop(stream_id, None)
-        if request is None:
-            raise RuntimeError(f"no publish request pending on stream {stream_id}")
-        return request
+        return self._pending.pop(stream_id, None)
 
     def _advance_handshake(self) -> bytes:
         buffer = self._handshake_buffer
