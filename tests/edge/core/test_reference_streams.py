@@ -4,8 +4,6 @@ damage that tools/tsdamage.py applies (and with tshark where it counts the same 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from fractions import Fraction
@@ -15,18 +13,10 @@ import pytest
 
 from services.edge.core import analysis as analysis_mod
 from services.edge.core.analysis import FlowAnalysis
+from tests.helpers.tools import need_tool
 from tools import tsdamage
 
 pytestmark = pytest.mark.interop
-
-
-def _need(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{tool} is missing in CI (tools/ensure-debs.sh installs it)")
-        pytest.skip(f"{tool} not installed")
-    return path
 
 
 # name -> (ffmpeg arguments, mux rate in bit/s). Short and small where the case allows.
@@ -66,7 +56,7 @@ STREAMS: dict[str, tuple[list[str], int]] = {
 
 @pytest.fixture(scope="session")
 def reference_streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    ffmpeg = _need("ffmpeg")
+    ffmpeg = need_tool("ffmpeg")
     out_dir = tmp_path_factory.mktemp("ts")
     paths = {}
     for name, (args, rate) in STREAMS.items():
@@ -90,7 +80,7 @@ def reference_streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
 
 
 def _ffprobe(path: Path) -> dict[str, object]:
-    ffprobe = _need("ffprobe")
+    ffprobe = need_tool("ffprobe")
     out = subprocess.run(
         [ffprobe, "-v", "error", "-show_programs", "-show_streams", "-of", "json", str(path)],
         check=True,
@@ -219,7 +209,7 @@ def test_known_damage_gives_known_counts(
 
 
 def _tshark_cc_drops(path: Path) -> int:
-    tshark = _need("tshark")
+    tshark = need_tool("tshark")
     out = subprocess.run(
         [tshark, "-r", str(path), "-Y", "mp2t.cc.drop", "-T", "fields", "-e", "mp2t.pid"],
         check=True,

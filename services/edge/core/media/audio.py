@@ -44,28 +44,32 @@ def find_adts(data: bytes) -> AudioParams | None:
     return None
 
 
+def read_audio_object_type(r: BitReader) -> int:
+    """GetAudioObjectType() of ISO/IEC 14496-3 §1.6.2.1 (5 bits, 31 escapes to 32 + 6 bits)."""
+    aot = r.u(5)
+    return 32 + r.u(6) if aot == 31 else aot
+
+
+def read_sampling_frequency(r: BitReader) -> int | None:
+    """samplingFrequencyIndex (§1.6.2.1, Table 1.18), 15 escaping to an explicit 24-bit rate;
+    None for a reserved index."""
+    idx = r.u(4)
+    if idx == 15:
+        return r.u(24)
+    return AAC_SAMPLE_RATES[idx] if idx < len(AAC_SAMPLE_RATES) else None
+
+
 def _audio_specific_config(r: BitReader) -> AudioParams | None:
     """ISO/IEC 14496-3 §1.6.2.1 AudioSpecificConfig (enough for rate and channels)."""
-
-    def object_type() -> int:
-        aot = r.u(5)
-        return 32 + r.u(6) if aot == 31 else aot
-
-    def frequency() -> int | None:
-        idx = r.u(4)
-        if idx == 15:
-            return r.u(24)
-        return AAC_SAMPLE_RATES[idx] if idx < len(AAC_SAMPLE_RATES) else None
-
-    aot = object_type()
-    rate = frequency()
+    aot = read_audio_object_type(r)
+    rate = read_sampling_frequency(r)
     channel_config = r.u(4)
     if aot in (5, 29):  # explicit SBR/PS signalling: the output rate is the extension's
-        ext_rate = frequency()
+        ext_rate = read_sampling_frequency(r)
         rate = ext_rate or rate
         if aot == 29 and channel_config == 1:
             channel_config = 2  # §8.A.1: parametric stereo decodes mono to stereo
-        aot = object_type()
+        aot = read_audio_object_type(r)
     if rate is None or not 0 < channel_config < len(AAC_CHANNELS):
         return None
     return AudioParams("aac_latm", rate, AAC_CHANNELS[channel_config], _AAC_PROFILES.get(aot))

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from ..media.audio import AAC_SAMPLE_RATES
+from ..media.audio import AAC_SAMPLE_RATES, read_audio_object_type, read_sampling_frequency
 from ..media.bits import BitReader, BitsExhausted, iter_nal_units, unescape_rbsp
 
 VideoCodec = Literal["h264", "hevc"]
@@ -609,26 +609,15 @@ def parse_asc(data: bytes | memoryview) -> AacConfig | None:
     """Parse an AudioSpecificConfig (ISO/IEC 14496-3 §1.6.2.1), as far as ADTS needs."""
     r = BitReader(bytes(data))
     try:
-
-        def object_type() -> int:
-            aot = r.u(5)
-            return 32 + r.u(6) if aot == 31 else aot  # §1.6.2.1 GetAudioObjectType()
-
-        def frequency() -> int | None:
-            idx = r.u(4)
-            if idx == 15:
-                return r.u(24)
-            return AAC_SAMPLE_RATES[idx] if idx < len(AAC_SAMPLE_RATES) else None
-
-        aot = object_type()
-        rate = frequency()
+        aot = read_audio_object_type(r)
+        rate = read_sampling_frequency(r)
         channels = r.u(4)
         sbr = ps = False
         ext_rate = None
         if aot in (5, 29):  # explicit SBR / PS: extension rate, then the core object type
             sbr, ps = True, aot == 29
-            ext_rate = frequency()
-            aot = object_type()
+            ext_rate = read_sampling_frequency(r)
+            aot = read_audio_object_type(r)
     except BitsExhausted:
         return None
     if rate is None or rate <= 0 or aot == 0:

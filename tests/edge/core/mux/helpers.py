@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-
-import pytest
-
 from services.edge.core.mux.codec import AacConfig, build_adts_frame
 
 TS = 188
@@ -56,13 +51,3 @@ AAC_LC_48K_STEREO = AacConfig(2, 48000, 2)
 
 def adts(size: int, seed: int = 0, config: AacConfig = AAC_LC_48K_STEREO) -> bytes:
     return build_adts_frame(config, bytes((seed + i) % 256 for i in range(size)))
-
-
-def need(tool: str) -> str:
-    """The tool's path; skip without it, but fail under CI=true (the house convention)."""
-    path = shutil.which(tool)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{tool} is missing in CI (tools/ensure-debs.sh installs it)")
-        pytest.skip(f"{tool} not installed")
-    return path

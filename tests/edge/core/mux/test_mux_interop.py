@@ -31,8 +31,9 @@ from services.edge.core.mux.codec import (
 from services.edge.core.mux.ts_demux import TsDemuxer
 from services.edge.core.mux.ts_mux import MuxConfig, TsMuxer, chunk_datagrams
 from services.edge.core.mux.units import AccessUnit
+from tests.helpers.tools import need_tool
 
-from .helpers import need, pcr_of, split
+from .helpers import pcr_of, split
 
 pytestmark = pytest.mark.interop
 
@@ -45,7 +46,7 @@ P1_ERRORS = ("sync_loss_count", "sync_byte_errors", "cc_errors", "pat_errors", "
 
 @pytest.fixture(scope="module")
 def source_ts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    ffmpeg = need("ffmpeg")
+    ffmpeg = need_tool("ffmpeg")
     out = {}
     for codec, args in ENCODERS.items():
         path = tmp_path_factory.mktemp("mux") / f"{codec}.ts"
@@ -78,7 +79,7 @@ def remux(units: list[AccessUnit], config: MuxConfig) -> bytes:
 
 def ffmpeg_errors(path: Path) -> str:
     result = subprocess.run(
-        [need("ffmpeg"), "-v", "error", "-i", str(path), "-f", "null", "-"],
+        [need_tool("ffmpeg"), "-v", "error", "-i", str(path), "-f", "null", "-"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -90,7 +91,7 @@ def ffmpeg_errors(path: Path) -> str:
 def probe(path: Path) -> dict[str, dict[str, object]]:
     result = subprocess.run(
         [
-            need("ffprobe"),
+            need_tool("ffprobe"),
             "-v",
             "error",
             "-count_frames",
