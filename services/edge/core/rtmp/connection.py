@@ -654,7 +654,9 @@ class RtmpClientConnection(_RtmpConnection):
         self._send_command(CS_COMMAND, 0, "createStream", self._transaction("createStream"), None)
 
     def _accepts_media(self, stream_id: int) -> bool:
-        return self._request is not None and self._request[0] == "play" and stream_id == self.stream_id
+        # While playing; FFmpeg's listener sends the media on message stream 0, not the played one.
+        playing = self._request is not None and self._request[0] == "play" and self.stream_id is not None
+        return playing and stream_id in (self.stream_id, 0)
 
     def _on_command(
         self, message: RtmpMessage, name: str, transaction: float, args: list[AmfValue], events: list[Event]

@@ -18,11 +18,13 @@ import pytest
 from services.edge.core.rtmp import (
     AudioData,
     ClientConnected,
+    Connected,
     ConnectionClosed,
     ErrorReceived,
     Event,
     Metadata,
     PacketKind,
+    PlayStarted,
     PublishRequested,
     PublishStarted,
     RtmpClientConnection,
@@ -220,3 +222,46 @@ def test_client_pushes_to_ffmpeg(tmp_path: Path) -> None:
         [FFMPEG, "-nostdin", "-v", "error", "-i", str(out), "-f", "null", "-"], capture_output=True, timeout=60
     )
     assert check.returncode == 0 and check.stderr == b""  # the pushed stream decodes with zero errors
+
+
+def test_client_plays_from_ffmpeg(tmp_path: Path) -> None:
+    source = tmp_path / "source.flv"
+    subprocess.run([FFMPEG, "-nostdin", "-v", "error", *SOURCE, *ENCODE, str(source)], check=True, timeout=60)
+    tags = list(iter_flv_file(source.read_bytes()))
+    port = free_port()
+    serve = [FFMPEG, "-nostdin", "-v", "error", "-i", str(source), "-c", "copy", "-f", "flv", "-listen", "1"]
+    proc = subprocess.Popen(
+        [*serve, f"rtmp://127.0.0.1:{port}/live/key"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+    def play() -> list[Event]:
+        sock = connect_when_listening(port, proc)
+        events: list[Event] = []
+        with sock:
+            client = RtmpClientConnection(app="live", tc_url=f"rtmp://127.0.0.1:{port}/live")
+            client.play("key")
+            sock.sendall(client.data_to_send())
+            deadline = time.monotonic() + DEADLINE_S
+            for _ in range(MAX_READS):
+                data = sock.recv(65536)
+                events += client.receive_data(data)
+                sock.sendall(client.data_to_send())
+                if not data or time.monotonic() > deadline:
+                    break
+        return events
+
+    try:
+        events = in_thread(play)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0 and stderr == b"", stderr
+    assert isinstance(events[0], Connected)
+    assert events[1] == PlayStarted(1, "key")
+    assert events[-1] == ConnectionClosed()
+    video = [e for e in events if isinstance(e, VideoData)]
+    audio = [e for e in events if isinstance(e, AudioData)]
+    # FFmpeg sends the media on message stream 0; the tags arrive as they are in the file.
+    assert [build_video_tag(e.tag) for e in video] == [t.body for t in tags if t.tag_type == TAG_VIDEO]
+    assert [build_audio_tag(e.tag) for e in audio] == [t.body for t in tags if t.tag_type == TAG_AUDIO]
+    assert [e.timestamp for e in video] == [t.timestamp for t in tags if t.tag_type == TAG_VIDEO]

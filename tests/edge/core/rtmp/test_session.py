@@ -232,3 +232,45 @@ def test_commands_before_connect_and_publish_without_create_stream_fail() -> Non
     server.receive_data(bytes(HANDSHAKE_SIZE))
     with pytest.raises(ProtocolError, match="before connect"):
         server.receive_data(ChunkWriter().write(3, 20, 0, 0, b"\x02\x00\x0ccreateStream\x00" + bytes(8) + b"\x05"))
+
+
+def test_aggregate_and_amf3_data_messages() -> None:
+    pipe, _, _ = publishing_pair()
+    # §7.1.6 aggregate: FLV-style sub-tags (type, size, timestamp, stream id, body, back pointer);
+    # sub-tag times are offsets from the first one, placed at the message timestamp.
+    video = b"\x27\x01\x00\x00\x00" + b"nal"
+    audio = b"\xaf\x01" + b"raw"
+
+    def sub_tag(tag_type: int, ts: int, body: bytes) -> bytes:
+        head = bytes([tag_type]) + len(body).to_bytes(3, "big") + ts.to_bytes(3, "big") + bytes(4)
+        return head + body + (11 + len(body)).to_bytes(4, "big")
+
+    aggregate = sub_tag(9, 5000, video) + sub_tag(8, 5020, audio)
+    data = b"\x00" + b"\x02\x00\x0aonCuePoint\x03\x00\x01t\x00" + bytes(8) + b"\x00\x00\x09"
+    pipe.client._send(6, MessageType.AGGREGATE, 1, 100, aggregate)
+    pipe.client._send(5, MessageType.DATA_AMF3, 1, 140, data)
+    pipe.pump()
+    events = pipe.take_server_events()
+    assert events == [
+        VideoData(1, 100, VideoTag(VideoCodec.AVC, FrameType.INTER, PacketKind.FRAME, b"nal")),
+        AudioData(1, 120, AudioTag(AudioCodec.AAC, PacketKind.FRAME, b"raw")),
+        Metadata(1, 140, "onCuePoint", {"t": 0.0}),
+    ]
+
+
+def test_message_over_the_cap_is_a_protocol_error() -> None:
+    pipe, _, _ = publishing_pair(max_message_size=10_000)
+    pipe.client.send_video(0, VideoTag(VideoCodec.AVC, FrameType.KEY, PacketKind.FRAME, bytes(9_995)))
+    pipe.pump()
+    assert len(pipe.take_server_events()) == 1
+    pipe.client.send_video(40, VideoTag(VideoCodec.AVC, FrameType.KEY, PacketKind.FRAME, bytes(9_996)))
+    with pytest.raises(ProtocolError, match="exceeds"):
+        pipe.pump()
+    assert pipe.server.closed
+
+
+def test_media_on_streams_not_published_is_dropped() -> None:
+    pipe, _, _ = publishing_pair()
+    pipe.client._send(6, MessageType.VIDEO, 7, 0, b"\x17\x01\x00\x00\x00x")  # stream 7 was never created
+    pipe.pump()
+    assert pipe.take_server_events() == []
