@@ -21,17 +21,20 @@ from services.edge.core.rtmp import (
     VideoTag,
     amf0,
 )
-from services.edge.core.rtmp.chunk import ChunkReader
+from services.edge.core.rtmp.chunk import ChunkReader, ChunkWriter, encode_basic_header
 from services.edge.core.rtmp.connection import HANDSHAKE_SIZE
 from services.edge.core.rtmp.flv import parse_audio_tag, parse_video_tag
 
 from .session import publishing_pair
 
+MESSAGE_CAP = 8192  # small caps so "never past the caps" means something at these input sizes
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def new_client() -> RtmpClientConnection:
-    client = RtmpClientConnection(app="live", tc_url="rtmp://127.0.0.1/live", fourcc_list=("hvc1",))
+    client = RtmpClientConnection(
+        app="live", tc_url="rtmp://127.0.0.1/live", fourcc_list=("hvc1",), max_message_size=MESSAGE_CAP
+    )
     client.publish("key")
     client.data_to_send()
     return client
@@ -49,7 +52,7 @@ def feed(connection: RtmpServerConnection | RtmpClientConnection, pieces: list[b
             if isinstance(event, PublishRequested) and isinstance(connection, RtmpServerConnection):
                 connection.accept_publish(event.stream_id)
         connection.data_to_send()
-        assert connection.buffered_input_bytes <= connection.max_buffered_input_bytes
+        assert connection.buffered_input_bytes <= connection.max_buffered_input_bytes <= 2 * MESSAGE_CAP + 18
 
 
 @cache
@@ -108,7 +111,7 @@ def handshake_prefix_for_client() -> bytes:
 def test_random_bytes(data: bytes, cuts: list[int], after_handshake: bool) -> None:
     server_input = (handshake_prefix_for_server() if after_handshake else b"") + data
     client_input = (handshake_prefix_for_client() if after_handshake else b"") + data
-    feed(RtmpServerConnection(), split(server_input, cuts))
+    feed(RtmpServerConnection(max_message_size=MESSAGE_CAP), split(server_input, cuts))
     feed(new_client(), split(client_input, cuts))
 
 
@@ -116,7 +119,7 @@ def test_random_bytes(data: bytes, cuts: list[int], after_handshake: bool) -> No
 @given(mutations, st.lists(st.integers(min_value=0), max_size=10))
 def test_mutated_session_to_the_server(edits: list[tuple[str, int, int]], cuts: list[int]) -> None:
     upstream, _ = recorded_session()
-    feed(RtmpServerConnection(), split(mutate(upstream, edits), cuts))
+    feed(RtmpServerConnection(max_message_size=MESSAGE_CAP), split(mutate(upstream, edits), cuts))
 
 
 @FAST
@@ -164,3 +167,20 @@ def test_parsers_raise_only_protocol_errors(data: bytes) -> None:
 )
 def test_amf0_round_trip(value: amf0.AmfValue) -> None:
     assert amf0.decode(amf0.encode(value))[0] == value
+
+
+@FAST
+@given(
+    st.lists(
+        st.tuples(st.integers(3, 400), st.integers(0, MESSAGE_CAP + 10), st.integers(0, 128), st.integers(0, 255)),
+        max_size=200,
+    )
+)
+def test_many_partial_messages_stay_within_the_caps(chunks: list[tuple[int, int, int, int]]) -> None:
+    """Valid chunk headers that open messages on many chunk streams and never finish them."""
+    data = bytearray(handshake_prefix_for_server())
+    for cs_id, length, body, type_id in chunks:
+        data += ChunkWriter().write(cs_id, type_id, 1, 0, bytes(length))[
+            : len(encode_basic_header(0, cs_id)) + 11 + body
+        ]
+    feed(RtmpServerConnection(max_message_size=MESSAGE_CAP), split(bytes(data), [4096 * i for i in range(1, 400)]))
