@@ -158,6 +158,7 @@ class _RtmpConnection:
 
     @property
     def handshake_complete(self) -> bool:
+        """True once the handshake (§5.2) is over and chunks flow."""
         return self._state is not _State.HANDSHAKE
 
     @property
@@ -186,8 +187,9 @@ class _RtmpConnection:
         if self._state is _State.CLOSED:
             return []
         if not data:
+            events = self._on_peer_closed()
             self._state = _State.CLOSED
-            return [ConnectionClosed()]
+            return [*events, ConnectionClosed()]
         try:
             return self._receive(bytes(data))
         except ProtocolError:
@@ -224,6 +226,10 @@ class _RtmpConnection:
 
     def _on_handshake_done(self, events: list[Event]) -> None:
         """Hook: what to send once the handshake is over."""
+
+    def _on_peer_closed(self) -> list[Event]:
+        """Hook: the events that precede ConnectionClosed when the peer closes the transport."""
+        return []
 
     def _handshake_packet(self) -> bytes:
         """C1/S1 (§5.2.3): time (4), zero (4), random (1528)."""
@@ -508,6 +514,13 @@ class RtmpServerConnection(_RtmpConnection):
         request = PublishRequested(self.app or "", key, stream_id, publish_type, query, self.tc_url)
         self._pending[stream_id] = request
         events.append(request)
+
+    def _on_peer_closed(self) -> list[Event]:
+        # A publisher that just drops the connection ends its streams all the same.
+        events: list[Event] = []
+        for stream_id in [*self._publishing, *self._pending]:
+            self._end_stream(stream_id, "closed", events)
+        return events
 
     def _end_stream(self, stream_id: int, reason: str, events: list[Event]) -> None:
         key = self._publishing.pop(stream_id, None)

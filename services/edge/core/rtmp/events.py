@@ -51,7 +51,8 @@ class PublishRequested(Event):
 
 @dataclass(frozen=True, slots=True)
 class StreamEnded(Event):
-    """A publisher ended a stream: FCUnpublish, closeStream or deleteStream (``reason`` names which)."""
+    """A publisher ended a stream: ``reason`` is "FCUnpublish", "closeStream", "deleteStream", or
+    "closed" when the transport closed with the stream still publishing (ConnectionClosed follows)."""
 
     stream_id: int
     stream_key: str

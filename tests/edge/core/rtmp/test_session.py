@@ -274,3 +274,9 @@ def test_media_on_streams_not_published_is_dropped() -> None:
     pipe.client._send(6, MessageType.VIDEO, 7, 0, b"\x17\x01\x00\x00\x00x")  # stream 7 was never created
     pipe.pump()
     assert pipe.take_server_events() == []
+
+
+def test_a_dropped_connection_ends_its_streams() -> None:
+    pipe, _, _ = publishing_pair()
+    assert pipe.server.receive_data(b"") == [StreamEnded(1, "key", "closed"), ConnectionClosed()]
+    assert pipe.server.publishing_streams == {}
