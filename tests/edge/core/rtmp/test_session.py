@@ -8,6 +8,7 @@ import itertools
 import pytest
 
 from services.edge.core.rtmp import (
+    AmfValue,
     AudioCodec,
     AudioData,
     AudioTag,
@@ -27,6 +28,7 @@ from services.edge.core.rtmp import (
     VideoCodec,
     VideoData,
     VideoTag,
+    amf0,
 )
 from services.edge.core.rtmp.chunk import ChunkReader, ChunkWriter, MessageType
 from services.edge.core.rtmp.connection import HANDSHAKE_SIZE
@@ -280,3 +282,30 @@ def test_a_dropped_connection_ends_its_streams() -> None:
     pipe, _, _ = publishing_pair()
     assert pipe.server.receive_data(b"") == [StreamEnded(1, "key", "closed"), ConnectionClosed()]
     assert pipe.server.publishing_streams == {}
+
+
+def test_publish_after_connected_and_connect_error() -> None:
+    client = RtmpClientConnection(app="live", tc_url="rtmp://h/live")
+    server = RtmpServerConnection()
+    pipe = Pipe(client, server)
+    pipe.pump()
+    assert [type(e) for e in pipe.take_client_events()] == [Connected]
+    assert client.connected and client.stream_id is None
+    client.publish("later")
+    pipe.pump()
+    assert pipe.take_client_events() == [PublishStarted(1, "later")]
+
+    # A server that refuses connect with _error (§7.2.1.1).
+    refused = RtmpClientConnection(app="nope", tc_url="rtmp://h/nope")
+    hello = refused.data_to_send()
+    writer = ChunkWriter()
+    info = {"level": "error", "code": "NetConnection.Connect.Rejected", "description": "no such app"}
+    answer = b"\x03" + bytes(HANDSHAKE_SIZE) + hello[1:] + writer.write(3, 20, 0, 0, _error_body(1.0, info))
+    assert refused.receive_data(answer) == [
+        ErrorReceived("connect", "NetConnection.Connect.Rejected", "no such app", info)
+    ]
+    assert not refused.connected
+
+
+def _error_body(transaction: float, info: dict[str, AmfValue]) -> bytes:
+    return amf0.encode_values("_error", transaction, None, info)
