@@ -7,6 +7,9 @@
 | `udp://239.1.1.1:5000` (output) | `{"type": "udp", "id": "out1", "name": "out1", "dest_addr": ...}` |
 | `rtp://239.1.1.1:5000` (output) | the same with `"type": "rtp"` |
 | `srt://host:port?mode=caller&latency=120` | the SRT field set (interop.md 2.4) |
+| `rtmp://0.0.0.0:1935/live/KEY` (input) | `{"type": "rtmp", "listen_addr", "app": "live", "stream_key"}` |
+| `rtmps://0.0.0.0:1935/live/KEY` (input) | the same with `"tls": true` (no KEY: any key) |
+| `rtmp[s]://host[:port]/app/KEY` (output) | `{"type": "rtmp", "dest_url": "rtmp[s]://host/app", "stream_key"}` |
 
 SRT mode: `caller` sets `remote_addr` to the URL's address and `local_addr` to
 `0.0.0.0:0`; `listener` sets `local_addr`; `rendezvous` sets both (local port =
@@ -14,6 +17,10 @@ remote port). Without `mode`, an empty host or `0.0.0.0` means listener and any
 other host means caller, as with `srt-live-transmit`. Query keys are the
 interop field names, plus the srt-live-transmit spellings `latency`, `pbkeylen`
 and `streamid`. An unknown key is a usage error, never silently dropped.
+
+RTMP: the path is `/<app>/<stream key>`, as OBS and ffmpeg write it; the port defaults to
+1935 (`rtmp`) or 443 (`rtmps`). A stream key is a secret: no usage error repeats it (they
+name the URL up to the app).
 
 Pure functions, no I/O: the values are checked again by the pydantic model.
 """
@@ -29,7 +36,44 @@ from cli.errors import UsageError
 
 def _scheme_table(kinds: Any) -> dict[str, Any]:
     """URL scheme -> kind, from the kind registry (``appliance.models.kinds``)."""
-    return {kind.url_scheme: kind for kind in kinds.values() if kind.url_scheme is not None}
+    table = {kind.url_scheme: kind for kind in kinds.values() if kind.url_scheme is not None}
+    table.update({kind.url_tls_scheme: kind for kind in kinds.values() if kind.url_tls_scheme is not None})
+    return table
+
+
+_RTMP_PORTS = {"rtmp": 1935, "rtmps": 443}
+
+
+def _rtmp_fields(url: str, option: str, *, listener: bool) -> tuple[dict[str, Any], str]:
+    """(the fields, the URL without its key) of an `rtmp[s]://host[:port]/app[/key]` URL.
+
+    Errors name the URL up to the app only: the key is a secret (never echoed)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    app, _, key = parts.path.lstrip("/").partition("/")
+    shown = f"{scheme}://{parts.netloc}/{app}"
+    try:
+        port = parts.port or _RTMP_PORTS[scheme]
+    except ValueError:
+        raise UsageError(f"{option} {shown!r}: the port must be 1-65535") from None
+    host = parts.hostname or ""
+    if not host:
+        if not listener:
+            raise UsageError(f"{option} {shown!r} has no host", hint=f"e.g. {option} rtmp://live.example.net/app/KEY")
+        host = "0.0.0.0"
+    if not app:
+        raise UsageError(f"{option} {shown!r} has no app", hint=f"e.g. {option} {scheme}://{host}:{port}/live/KEY")
+    if "/" in key:
+        raise UsageError(f"{option} {shown!r}: the path is /<app>/<stream key>, no more")
+    bracketed = f"[{host}]" if ":" in host else host
+    if listener:
+        fields: dict[str, Any] = {"listen_addr": f"{bracketed}:{port}", "app": app, "stream_key": key or None}
+        if scheme == "rtmps":
+            fields["tls"] = True
+        return fields, shown
+    if not key:
+        raise UsageError(f"{option} {shown!r} has no stream key", hint=f"e.g. {option} {shown}/KEY")
+    return {"dest_url": f"{scheme}://{parts.netloc}/{app}", "stream_key": key}, shown
 
 
 def _registry() -> Any:
@@ -133,10 +177,13 @@ def _kind_of(url: str, option: str, kinds: Any, example: str) -> tuple[str, Any]
 
 
 def parse_input(url: str, option: str = "--input") -> dict[str, Any]:
-    """The input object for a URL whose scheme names an input kind (`rtp://`, `udp://`, `srt://`)."""
+    """The input object for a URL whose scheme names an input kind (`rtp://`, `udp://`, `srt://`, `rtmp[s]://`)."""
     scheme, kind = _kind_of(url, option, _registry().INPUT_KINDS, "rtp://0.0.0.0:5000")
     if scheme == "srt":
         return {"type": kind.type, **_srt_fields(url, option, kind.url_query)}
+    if kind.type == "rtmp":
+        fields, shown = _rtmp_fields(url, option, listener=True)
+        return {"type": kind.type, **fields, **_query(shown + "?" + urlsplit(url).query, option, kind.url_query)}
     _, addr, _ = _address(url, option, default_host="0.0.0.0")
     return {"type": kind.type, "bind_addr": addr, **_query(url, option, kind.url_query)}
 
@@ -144,6 +191,11 @@ def parse_input(url: str, option: str = "--input") -> dict[str, Any]:
 def parse_output(url: str, output_id: str, option: str = "--output") -> dict[str, Any]:
     """The output object for a URL whose scheme names an output kind; `name` defaults to the id."""
     scheme, kind = _kind_of(url, option, _registry().OUTPUT_KINDS, "udp://239.1.1.1:5000")
+    if kind.type == "rtmp":
+        fields, shown = _rtmp_fields(url, option, listener=False)
+        extra = _query(shown + "?" + urlsplit(url).query, option, kind.url_query)
+        name = extra.pop("name", output_id)
+        return {"type": kind.type, "id": output_id, "name": name, **fields, **extra}
     if scheme == "srt":
         fields = _srt_fields(url, option, kind.url_query)
         name = fields.pop("name", output_id)

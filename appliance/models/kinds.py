@@ -243,6 +243,7 @@ class KindInfo:
     listen_addresses: Callable[[Any], list[ListenAddress]] = _nothing
     url_scheme: str | None = None  # ``mp flow create --input rtp://...`` (None: no shorthand)
     url_query: QueryKeys = field(default_factory=dict)
+    url_tls_scheme: str | None = None  # the same kind over TLS (``rtmps://``: ``tls`` on an input)
     fec: bool = False  # SMPTE 2022-1 FEC (decode on an input, encode on an output)
     redundancy: bool = False  # a second leg (2022-7 for RTP, a second connection for SRT)
     hot_add: bool = True  # an output of this kind can be added to a running flow
@@ -305,6 +306,9 @@ INPUT_KINDS: Final[dict[str, KindInfo]] = {
             vendor_transport("rtmp"),
             EventCategory.RTMP,
             _rtmp_listener,
+            "rtmp",
+            {"max_publishers": ("max_publishers", Q_INT)},
+            url_tls_scheme="rtmps",
         ),
         KindInfo("rtsp", "input", RtspInput, "RTSP camera pull", "rtsp", vendor_transport("rtsp"), EventCategory.RTSP),
         KindInfo("webrtc", "input", WebrtcInput, "WHIP server", "webrtc", NMOS_WEBSOCKET, EventCategory.WEBRTC),
@@ -354,7 +358,22 @@ OUTPUT_KINDS: Final[dict[str, KindInfo]] = {
             {**_SRT_QUERY, "name": ("name", Q_STR)},
             redundancy=True,
         ),
-        KindInfo("rtmp", "output", RtmpOutput, "RTMP(S) push", "rtmp", vendor_transport("rtmp"), EventCategory.RTMP),
+        KindInfo(
+            "rtmp",
+            "output",
+            RtmpOutput,
+            "RTMP(S) push",
+            "rtmp",
+            vendor_transport("rtmp"),
+            EventCategory.RTMP,
+            url_scheme="rtmp",
+            url_query={
+                "reconnect_delay_secs": ("reconnect_delay_secs", Q_INT),
+                "max_reconnect_attempts": ("max_reconnect_attempts", Q_INT),
+                "name": ("name", Q_STR),
+            },
+            url_tls_scheme="rtmps",
+        ),
         KindInfo("hls", "output", HlsOutput, "HLS upload", "hls", vendor_transport("hls"), EventCategory.HLS),
         KindInfo(
             "webrtc",

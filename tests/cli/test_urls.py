@@ -60,6 +60,22 @@ INPUTS = [
         "srt://198.51.100.2:9000?mode=rendezvous",
         {"type": "srt", "mode": "rendezvous", "remote_addr": "198.51.100.2:9000", "local_addr": "0.0.0.0:9000"},
     ),
+    (
+        "rtmp://0.0.0.0:1935/live/s3cret-key",
+        {"type": "rtmp", "listen_addr": "0.0.0.0:1935", "app": "live", "stream_key": "s3cret-key"},
+    ),
+    ("rtmp://:1936/studio", {"type": "rtmp", "listen_addr": "0.0.0.0:1936", "app": "studio", "stream_key": None}),
+    (
+        "rtmps://0.0.0.0/live/k?max_publishers=2",
+        {
+            "type": "rtmp",
+            "listen_addr": "0.0.0.0:443",
+            "app": "live",
+            "stream_key": "k",
+            "tls": True,
+            "max_publishers": 2,
+        },
+    ),
 ]
 
 OUTPUTS = [
@@ -100,6 +116,23 @@ OUTPUTS = [
         "out3",
         {"type": "srt", "id": "out3", "name": "out3", "mode": "listener", "local_addr": "0.0.0.0:9001"},
     ),
+    (
+        "rtmps://live.example.net/app/s3cret-key?reconnect_delay_secs=2&name=YouTube",
+        "out4",
+        {
+            "type": "rtmp",
+            "id": "out4",
+            "name": "YouTube",
+            "dest_url": "rtmps://live.example.net/app",
+            "stream_key": "s3cret-key",
+            "reconnect_delay_secs": 2,
+        },
+    ),
+    (
+        "rtmp://10.0.0.7:1936/live/k",
+        "out5",
+        {"type": "rtmp", "id": "out5", "name": "out5", "dest_url": "rtmp://10.0.0.7:1936/live", "stream_key": "k"},
+    ),
 ]
 
 
@@ -135,6 +168,23 @@ def test_bad_input_urls_are_usage_errors(url: str, message: str) -> None:
     with pytest.raises(UsageError, match=message) as info:
         parse_input(url)
     assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("url", "message", "output"),
+    [
+        ("rtmp://0.0.0.0:1935/", "has no app", False),
+        ("rtmp://0.0.0.0:1935/live/s3cret-key/more", "no more", False),
+        ("rtmp://0.0.0.0:99999/live/s3cret-key", "port must be", False),
+        ("rtmp://0.0.0.0:1935/live/s3cret-key?bogus=1", "unknown parameter", False),
+        ("rtmp://live.example.net/app", "has no stream key", True),
+        ("rtmp:///app/s3cret-key", "has no host", True),
+    ],
+)
+def test_bad_rtmp_urls_never_repeat_the_key(url: str, message: str, output: bool) -> None:
+    with pytest.raises(UsageError, match=message) as info:
+        parse_output(url, "o") if output else parse_input(url)
+    assert "s3cret-key" not in str(info.value) and "s3cret-key" not in str(info.value.hint or "")
 
 
 def test_an_output_needs_a_destination_host() -> None:
