@@ -212,7 +212,11 @@ def _parse_ex_video(data: bytes) -> VideoTag:
 
 
 def build_video_tag(tag: VideoTag) -> bytes:
-    """Serialise a video tag body: legacy header for AVC and the older codecs, E-RTMP for HEVC/AV1/VP9."""
+    """Serialise a video tag body: legacy header for AVC and the older codecs, E-RTMP for HEVC/AV1/VP9.
+
+    ``tag.enhanced`` is not consulted: HEVC read from the non-standard legacy CodecID 12 is
+    written back as E-RTMP 'hvc1' (CodedFramesX when the composition time is 0).
+    """
     cts = (tag.composition_time & 0xFFFFFF).to_bytes(3, "big")
     if tag.codec in CODEC_FOURCCS:
         fourcc = CODEC_FOURCCS[tag.codec]

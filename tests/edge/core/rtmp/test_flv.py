@@ -121,3 +121,9 @@ def test_flv_file_walk() -> None:
     assert (tags[0].tag_type, tags[0].timestamp, tags[0].body) == (9, 0x01000020, b"\x17\x02\x00\x00\x00")
     with pytest.raises(FlvError):
         list(iter_flv_file(b"FLX\x01"))
+
+
+def test_legacy_codec_id_12_hevc_is_read_and_written_as_enhanced_rtmp() -> None:
+    tag = parse_video_tag(b"\x1c\x01\x00\x00\x28abc")  # CodecID 12: the pre-E-RTMP HEVC extension
+    assert tag == VideoTag(VideoCodec.HEVC, FrameType.KEY, PacketKind.FRAME, b"abc", 40)
+    assert build_video_tag(tag) == b"\x91hvc1\x00\x00\x28abc"
