@@ -17,6 +17,9 @@ its own table; ``--no-manager`` skips it, ``--manager-only`` runs only it, and `
 it out. Then the relay benchmark (``bench/relay.py``: UDP through one QUIC tunnel, egress
 TunnelRunner -> mp-relay -> ingress TunnelRunner, and the relay's native UDP plane against socat)
 prints its table; ``--no-relay`` skips it, ``--relay-only`` runs only it, ``--only`` leaves it out.
+Last, the RTMP ingest benchmark (``bench/rtmp.py``: an 8 Mbit/s H.264/AAC publisher into an
+``rtmp`` input with two outputs, CPU per second of media, beside ffmpeg remuxing the same RTMP to
+TS); ``--no-rtmp`` skips it, ``--rtmp-only`` runs only it, ``--only`` leaves it out.
 
 ``--quick`` runs each scenario for about a second, the manager benchmark with 20 nodes and the
 relay benchmark with one half-second step per target (the smoke test uses it: its figures mean
@@ -86,10 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manager-only", action="store_true", help="run only the fleet manager benchmark")
     parser.add_argument("--no-relay", action="store_true", help="skip the relay benchmark (bench/relay.py)")
     parser.add_argument("--relay-only", action="store_true", help="run only the relay benchmark")
+    parser.add_argument("--no-rtmp", action="store_true", help="skip the RTMP ingest benchmark (bench/rtmp.py)")
+    parser.add_argument("--rtmp-only", action="store_true", help="run only the RTMP ingest benchmark")
     args = parser.parse_args(argv)
-    with_manager = not args.no_manager and not args.relay_only and (args.manager_only or not args.only)
-    with_relay = not args.no_relay and not args.manager_only and (args.relay_only or not args.only)
-    only_other = args.manager_only or args.relay_only
+    only_other = args.manager_only or args.relay_only or args.rtmp_only
+    with_manager = not args.no_manager and (args.manager_only or not (args.only or only_other))
+    with_relay = not args.no_relay and (args.relay_only or not (args.only or only_other))
+    with_rtmp = not args.no_rtmp and (args.rtmp_only or not (args.only or only_other))
 
     with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
         workdir = args.keep or Path(tmp)
@@ -109,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows += _run_one(number, title, run, opts)
         manager_ok = _run_manager(args.quick, workdir, opts.record) if with_manager else True
         relay_ok = _run_relay(args.quick, workdir, opts.record) if with_relay else True
+        rtmp_ok = _run_rtmp(args.quick, workdir, opts.record) if with_rtmp else True
         elapsed = time.monotonic() - started
         load_after = load_average()
         if rows or not only_other:
@@ -117,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             print(opts.record["manager"].pop("text"))
         if "relay" in opts.record:
             print(opts.record["relay"].pop("text"))
+        if "rtmp" in opts.record:
+            print(opts.record["rtmp"].pop("text"))
         print(
             f"run took {elapsed:.0f} s; load average (1/5/15 min) {load_before} at the start, {load_after} at the end;"
             f" {os.cpu_count()} CPUs. Ratios = mediaplane / peer, measured alternately in this run."
@@ -130,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.json:
             dump_json(args.json, opts.record)
-    return 0 if manager_ok and relay_ok and all(r.ours != "failed" for r in rows) else 1
+    return 0 if manager_ok and relay_ok and rtmp_ok and all(r.ours != "failed" for r in rows) else 1
 
 
 def _run_manager(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
@@ -173,6 +182,26 @@ def _run_relay(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
         return False
     finally:
         log(f"--- relay benchmark took {time.monotonic() - started:.0f} s")
+
+
+def _run_rtmp(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
+    """``bench.rtmp`` (20 s, or 3 s with ``--quick``); its table and figures go into
+    ``record["rtmp"]``. False when a measurement broke (traceback on stderr)."""
+    from bench import rtmp as rtmp_bench
+
+    log(f"--- RTMP ingest benchmark (load average {load_average()})")
+    started = time.monotonic()
+    try:
+        (workdir / "rtmp").mkdir(parents=True, exist_ok=True)
+        result = rtmp_bench.run(3.0 if quick else 20.0, 8000, workdir / "rtmp")
+        record["rtmp"] = result
+        return not result["failed"]
+    except Exception:  # the tables above must still print
+        traceback.print_exc(file=sys.stderr)
+        record["rtmp"] = {"text": "RTMP ingest benchmark: failed (see stderr)"}
+        return False
+    finally:
+        log(f"--- RTMP ingest benchmark took {time.monotonic() - started:.0f} s")
 
 
 def _run_one(number: int, title: str, run: Callable[[Options], list[Row]], opts: Options) -> list[Row]:
