@@ -12,6 +12,7 @@ packages=(
   nftables                                           # loss and blocks on a test netns's veth (the kernel has no netem)
   tshark                                             # a second opinion on TS continuity errors
   socat wrk                                          # benchmark peers and load
+  stunnel4                                           # TLS in front of FFmpeg's RTMP listener (RTMPS output test)
   postgresql                                         # the manager's store tests run on a real PostgreSQL too
   prometheus                                         # for promtool only: /metrics lint, alert rules (server kept off)
   mandoc                                             # lints the generated man pages as the image's viewer reads them

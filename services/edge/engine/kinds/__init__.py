@@ -15,6 +15,7 @@ from appliance import errors
 from appliance.models.config import FlowConfig, OutputConfig
 from appliance.models.kinds import INPUT_KINDS, OUTPUT_KINDS
 from services.edge.engine.kinds.base import FlowPort, InputDriver, OutputDriver
+from services.edge.engine.kinds.rtmp_output import RtmpOutputDriver
 from services.edge.engine.kinds.rtp import RtpInputDriver
 from services.edge.engine.kinds.srt import SrtInputDriver, SrtOutputDriver, check_srt_supported
 from services.edge.engine.kinds.udp import UdpInputDriver, open_udp_output
@@ -32,6 +33,7 @@ OUTPUT_DRIVERS: Final[dict[str, OutputFactory]] = {
     "rtp": open_udp_output,
     "udp": open_udp_output,
     "srt": SrtOutputDriver,
+    "rtmp": RtmpOutputDriver,
 }
 # Checks a kind needs beyond its model (what the installed libsrt supports...): 400s.
 _EXTRA_CHECKS: Final[dict[str, Callable[[Any], None]]] = {"srt": check_srt_supported}

@@ -1,0 +1,395 @@
+"""The ``rtmp`` output through a real mp-edge: a udp input fed an ffmpeg-made MPEG-TS, pushed to
+Debian's FFmpeg as an RTMP listener (``-listen 1``), which records FLV; RTMPS through stunnel4
+in front of it. Every subprocess is bounded by a timeout; every wait is on a condition."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.edge import Edge, free_port, free_udp_port, running_edge, wait_for
+from tests.helpers.media import send_datagrams
+
+pytestmark = [pytest.mark.e2e, pytest.mark.interop]
+
+FFMPEG = shutil.which("ffmpeg") or "/usr/bin/ffmpeg"
+FFPROBE = shutil.which("ffprobe") or "/usr/bin/ffprobe"
+STUNNEL = shutil.which("stunnel4") or shutil.which("stunnel")
+KEY = "s3cret-stream-key-42"
+# FFmpeg's listener reports the TCP close that ends a push as an I/O error (docs/rtmp-protocol.md).
+ALLOWED_LISTENER_LINES = ("Input/output error", "Error during demuxing", "Error retrieving a packet")
+
+
+@pytest.fixture(autouse=True)
+def need_ffmpeg() -> None:
+    if shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None:
+        if os.environ.get("CI"):
+            pytest.fail("ffmpeg is missing in CI (tools/ensure-debs.sh installs it)")
+        pytest.skip("ffmpeg not installed")
+
+
+def make_ts(path: Path, seconds: int, *, video: list[str] | None = None, rate: str = "1500k") -> Path:
+    """A CBR (``-muxrate``) H.264/AAC MPEG-TS, so a constant datagram rate paces it in real time."""
+    video = video or ["-c:v", "libx264", "-b:v", "1000k", "-maxrate", "1000k", "-bufsize", "500k"]
+    cmd = [FFMPEG, "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=25"]
+    cmd += ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000", *video, "-g", "25", "-bf", "2"]
+    cmd += ["-c:a", "aac", "-b:a", "128k", "-t", str(seconds), "-muxrate", rate, "-f", "mpegts", str(path)]
+    subprocess.run(cmd, check=True, timeout=180, capture_output=True)
+    return path
+
+
+def ts_datagrams(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    return [data[i : i + 1316] for i in range(0, len(data), 1316)]
+
+
+def media_duration(path: Path) -> float:
+    done = subprocess.run(
+        [FFPROBE, "-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", str(path)],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    return float(done.stdout)
+
+
+def decode_errors(path: Path) -> str:
+    done = subprocess.run(
+        [FFMPEG, "-nostdin", "-v", "error", "-i", str(path), "-f", "null", "-"], capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr.decode()
+
+
+def tcp_listening(port: int) -> bool:
+    """Whether a socket listens on TCP ``port`` (from /proc: connecting would take FFmpeg's one client)."""
+    want = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[1].endswith(want) and fields[3] == "0A":  # local address, state LISTEN
+                return True
+    return False
+
+
+class Listener:
+    """``ffmpeg -listen 1`` recording an RTMP push to FLV."""
+
+    def __init__(self, port: int, out: Path, log: Path) -> None:
+        self.out, self.log = out, log
+        cmd = [
+            FFMPEG,
+            "-nostdin",
+            "-v",
+            "error",
+            "-listen",
+            "1",
+            "-f",
+            "flv",
+            "-i",
+            f"rtmp://127.0.0.1:{port}/live/{KEY}",
+        ]
+        cmd += ["-c", "copy", "-y", str(out)]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+        wait_for(lambda: tcp_listening(port) or self.process.poll() is not None, timeout=20)
+        assert self.process.poll() is None, log.read_text()
+
+    def wait(self, timeout: float = 30) -> str:
+        self.process.wait(timeout=timeout)
+        return self.log.read_text()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def unexpected(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line and not any(a in line for a in ALLOWED_LISTENER_LINES)]
+
+
+class Sender(threading.Thread):
+    """Sends the TS datagrams paced at the stream's rate (CBR), in a thread."""
+
+    def __init__(self, port: int, datagrams: list[bytes], seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.port, self.datagrams, self.pps = port, datagrams, len(datagrams) / seconds
+        self.sent = 0
+        self.started_at = 0.0
+
+    def run(self) -> None:
+        self.started_at = time.monotonic()
+        self.sent = send_datagrams(("127.0.0.1", self.port), self.datagrams, pps=self.pps)
+
+
+def flow(udp_port: int, dest_url: str, **output: Any) -> dict[str, Any]:
+    return {
+        "id": "push",
+        "name": "RTMP push",
+        "input": {"type": "udp", "bind_addr": f"127.0.0.1:{udp_port}"},
+        "outputs": [{"type": "rtmp", "id": "yt", "name": "YouTube", "dest_url": dest_url, "stream_key": KEY, **output}],
+    }
+
+
+def output_state(edge: Edge) -> dict[str, Any] | None:
+    with edge.client() as api:
+        data = api.get("/api/v1/stats/push").json().get("data") or {}
+    outputs = data.get("outputs") or []
+    return outputs[0] if outputs and "state" in outputs[0] else None  # None before the worker's first report
+
+
+def rtmp_events(edge: Edge) -> list[dict[str, Any]]:
+    with edge.client() as api:
+        events: list[dict[str, Any]] = api.get("/api/v1/events").json()["data"]["events"]
+    return [e for e in events if e["category"] == "rtmp"]
+
+
+def delete_flow(edge: Edge) -> None:
+    with edge.client() as api:
+        assert api.delete("/api/v1/flows/push").status_code == 200
+
+
+@pytest.fixture
+def edge(tmp_path: Path) -> Iterator[Edge]:
+    with running_edge(tmp_path) as started:
+        yield started
+
+
+def check_recording(path: Path, sent_seconds: float, tolerance: float = 0.5) -> float:
+    assert path.exists() and path.stat().st_size > 0
+    assert decode_errors(path) == ""
+    got = media_duration(path)
+    assert abs(got - sent_seconds) <= tolerance, (got, sent_seconds)
+    return got
+
+
+def test_push_to_ffmpeg_records_a_clean_flv(edge: Edge, tmp_path: Path) -> None:
+    seconds = 6
+    source = make_ts(tmp_path / "in.ts", seconds)
+    sent_duration = media_duration(source)
+    udp, rtmp = free_udp_port(), free_port()
+    listener = Listener(rtmp, tmp_path / "out.flv", tmp_path / "listener.log")
+    try:
+        with edge.client() as api:
+            r = api.post("/api/v1/flows", json=flow(udp, f"rtmp://127.0.0.1:{rtmp}/live"))
+            assert r.status_code == 200, r.text
+        wait_for(lambda: (o := output_state(edge)) and o["state"] == "connected", timeout=20)
+        sender = Sender(udp, ts_datagrams(source), seconds)
+        sender.start()
+        sender.join(timeout=seconds + 30)
+        assert not sender.is_alive()
+        counters = wait_for(lambda: (o := output_state(edge)) and o["packets_sent"] >= sender.sent and o, timeout=10)
+        assert counters["packets_dropped"] == 0
+        delete_flow(edge)
+        stderr = listener.wait(timeout=30)
+    finally:
+        listener.kill()
+    assert listener.process.returncode == 0, stderr
+    assert unexpected(stderr) == []
+    check_recording(tmp_path / "out.flv", sent_duration)
+    events = rtmp_events(edge)
+    assert events and events[0]["severity"] == "info" and "connected" in events[0]["message"]
+    assert all(KEY not in e["message"] and KEY not in str(e["details"]) for e in events)
+    assert KEY not in edge.log()
+
+
+def test_listener_killed_mid_stream_then_the_push_resumes(edge: Edge, tmp_path: Path) -> None:
+    seconds = 16
+    source = make_ts(tmp_path / "in.ts", seconds)
+    udp, rtmp = free_udp_port(), free_port()
+    first = Listener(rtmp, tmp_path / "first.flv", tmp_path / "first.log")
+    second: Listener | None = None
+    try:
+        with edge.client() as api:
+            body = flow(udp, f"rtmp://127.0.0.1:{rtmp}/live", reconnect_delay_secs=1)
+            assert api.post("/api/v1/flows", json=body).status_code == 200
+        wait_for(lambda: (o := output_state(edge)) and o["state"] == "connected", timeout=20)
+        sender = Sender(udp, ts_datagrams(source), seconds)
+        sender.start()
+        wait_for(lambda: (tmp_path / "first.flv").exists() and (tmp_path / "first.flv").stat().st_size > 300_000)
+        first.kill()
+        wait_for(lambda: (o := output_state(edge)) and o["state"] != "connected", timeout=10)
+        second = Listener(rtmp, tmp_path / "second.flv", tmp_path / "second.log")
+        wait_for(lambda: (o := output_state(edge)) and o["state"] == "connected", timeout=15)
+        resumed_at = time.monotonic()
+        sender.join(timeout=seconds + 30)
+        assert not sender.is_alive()
+        remaining = sender.started_at + seconds - resumed_at
+        delete_flow(edge)
+        stderr = second.wait(timeout=30)
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    assert second.process.returncode == 0, stderr
+    assert unexpected(stderr) == []
+    assert decode_errors(tmp_path / "second.flv") == ""
+    got = media_duration(tmp_path / "second.flv")
+    assert got >= 3 and abs(got - remaining) <= 1.5, (got, remaining)  # resumes at the next keyframe
+    events = rtmp_events(edge)
+    severities = [e["severity"] for e in events]
+    assert severities[:3] == ["info", "warning", "info"], events
+    assert "disconnected" in events[1]["message"] and "connected" in events[2]["message"]
+    assert all(KEY not in e["message"] for e in events)
+
+
+def test_unreachable_server_gives_up_after_max_attempts(edge: Edge, tmp_path: Path) -> None:
+    udp, rtmp = free_udp_port(), free_port()  # nobody listens there
+    with edge.client() as api:
+        body = flow(udp, f"rtmp://127.0.0.1:{rtmp}/live", reconnect_delay_secs=1, max_reconnect_attempts=2)
+        assert api.post("/api/v1/flows", json=body).status_code == 200
+    wait_for(lambda: (o := output_state(edge)) and o["state"] == "failed", timeout=20)
+    events = rtmp_events(edge)
+    assert [e["severity"] for e in events] == ["warning", "critical"], events
+    assert "giving up" in events[1]["message"] and "2 reconnect" in events[1]["message"]
+    with edge.client() as api:  # the flow itself runs on
+        assert api.get("/api/v1/stats/push").json()["data"]["state"] == "Running"
+
+
+# ------------------------------------------------------------------ RTMPS through stunnel4
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def test_rtmps_through_stunnel(tmp_path: Path) -> None:
+    if STUNNEL is None:
+        if os.environ.get("CI"):
+            pytest.fail("stunnel4 is missing in CI (tools/ensure-debs.sh installs it)")
+        pytest.skip("stunnel4 not installed")
+    cert, key = self_signed(tmp_path)
+    tls_port, rtmp, udp = free_port(), free_port(), free_udp_port()
+    conf = tmp_path / "stunnel.conf"
+    conf.write_text(
+        f"foreground = yes\npid =\noutput = {tmp_path / 'stunnel.log'}\n"
+        f"[rtmps]\naccept = 127.0.0.1:{tls_port}\nconnect = 127.0.0.1:{rtmp}\ncert = {cert}\nkey = {key}\n"
+    )
+    seconds = 4
+    source = make_ts(tmp_path / "in.ts", seconds)
+    sent_duration = media_duration(source)
+    stunnel = subprocess.Popen([STUNNEL, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    listener: Listener | None = None
+    try:
+        wait_for(lambda: tcp_listening(tls_port) or stunnel.poll() is not None, timeout=20)
+        assert stunnel.poll() is None
+        listener = Listener(rtmp, tmp_path / "out.flv", tmp_path / "listener.log")
+        # The config has no switch to skip certificate checks: the edge trusts the test's CA
+        # through OpenSSL's SSL_CERT_FILE (the system store otherwise).
+        with running_edge(tmp_path, extra_env={"SSL_CERT_FILE": str(cert)}) as edge:
+            with edge.client() as api:
+                r = api.post("/api/v1/flows", json=flow(udp, f"rtmps://localhost:{tls_port}/live"))
+                assert r.status_code == 200, r.text
+            wait_for(lambda: (o := output_state(edge)) and o["state"] == "connected", timeout=20)
+            sender = Sender(udp, ts_datagrams(source), seconds)
+            sender.start()
+            sender.join(timeout=seconds + 30)
+            wait_for(lambda: (o := output_state(edge)) and o["packets_sent"] >= sender.sent, timeout=10)
+            delete_flow(edge)
+            stderr = listener.wait(timeout=30)
+            assert KEY not in edge.log()
+    finally:
+        if listener is not None:
+            listener.kill()
+        stunnel.kill()
+        stunnel.wait(timeout=10)
+    assert unexpected(stderr) == []
+    check_recording(tmp_path / "out.flv", sent_duration)
+
+
+def test_rtmps_with_an_untrusted_certificate_is_refused(edge: Edge, tmp_path: Path) -> None:
+    if STUNNEL is None:
+        pytest.skip("stunnel4 not installed")
+    cert, key = self_signed(tmp_path)
+    tls_port, udp = free_port(), free_udp_port()
+    conf = tmp_path / "stunnel.conf"
+    conf.write_text(
+        f"foreground = yes\npid =\noutput = {tmp_path / 'stunnel.log'}\n"
+        f"[rtmps]\naccept = 127.0.0.1:{tls_port}\nconnect = 127.0.0.1:{free_port()}\ncert = {cert}\nkey = {key}\n"
+    )
+    stunnel = subprocess.Popen([STUNNEL, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: tcp_listening(tls_port) or stunnel.poll() is not None, timeout=20)
+        with edge.client() as api:
+            body = flow(udp, f"rtmps://localhost:{tls_port}/live", max_reconnect_attempts=0)
+            assert api.post("/api/v1/flows", json=body).status_code == 200
+        wait_for(lambda: (o := output_state(edge)) and o["state"] == "failed", timeout=20)
+        events = rtmp_events(edge)
+        assert "TLS handshake failed" in events[0]["message"] and "certificate" in events[0]["message"], events
+    finally:
+        stunnel.kill()
+        stunnel.wait(timeout=10)
+
+
+# ------------------------------------------------------------------ HEVC (Enhanced RTMP)
+
+
+def ffmpeg_major() -> int:
+    done = subprocess.run([FFMPEG, "-version"], capture_output=True, timeout=30, text=True)
+    version = done.stdout.split()[2]  # "ffmpeg version 5.1.9-0+deb12u1 ..."
+    major, _, minor = version.partition(".")
+    try:
+        return int(major) * 100 + int(minor.split(".")[0].split("-")[0])
+    except ValueError:
+        return 0
+
+
+def test_hevc_push_to_ffmpeg(edge: Edge, tmp_path: Path) -> None:
+    if ffmpeg_major() < 601:
+        pytest.skip("Debian's ffmpeg is older than 6.1: its FLV demuxer has no Enhanced RTMP (hvc1)")
+    seconds = 4
+    video = ["-c:v", "libx265", "-b:v", "1000k", "-x265-params", "log-level=error"]
+    source = make_ts(tmp_path / "in.ts", seconds, video=video)
+    udp, rtmp = free_udp_port(), free_port()
+    listener = Listener(rtmp, tmp_path / "out.flv", tmp_path / "listener.log")
+    try:
+        with edge.client() as api:
+            assert api.post("/api/v1/flows", json=flow(udp, f"rtmp://127.0.0.1:{rtmp}/live")).status_code == 200
+        wait_for(lambda: (o := output_state(edge)) and o["state"] == "connected", timeout=20)
+        sender = Sender(udp, ts_datagrams(source), seconds)
+        sender.start()
+        sender.join(timeout=seconds + 30)
+        delete_flow(edge)
+        stderr = listener.wait(timeout=30)
+    finally:
+        listener.kill()
+    assert unexpected(stderr) == []
+    check_recording(tmp_path / "out.flv", media_duration(source))
