@@ -233,6 +233,7 @@ class InputCounters(_Stats):
     redundancy: RedundancyCounters | None = None
     srt_stats: SrtLegStats | None = None
     srt_leg2_stats: SrtLegStats | None = None
+    peer_addr: str | None = None  # an rtmp input's active publisher (host:port)
 
 
 class OutputCounters(_Stats):

@@ -58,11 +58,13 @@ def test_interop_labels_and_transports() -> None:
 
 
 def test_every_driver_has_a_declared_kind_and_the_rest_answer_400() -> None:
-    assert set(INPUT_DRIVERS) == {"rtp", "udp", "srt"} <= set(INPUT_KINDS)
+    assert set(INPUT_DRIVERS) == {"rtp", "udp", "srt", "rtmp"} <= set(INPUT_KINDS)
     assert set(OUTPUT_DRIVERS) == {"rtp", "udp", "srt"} <= set(OUTPUT_KINDS)
-    rtmp = FlowConfig.model_validate({"id": "f", "name": "F", "input": {"type": "rtmp", "listen_addr": "0.0.0.0:1935"}})
-    with pytest.raises(errors.InvalidInput, match="input type 'rtmp' is not supported"):
-        check_supported(rtmp)
+    rtsp = FlowConfig.model_validate(
+        {"id": "f", "name": "F", "input": {"type": "rtsp", "rtsp_url": "rtsp://192.0.2.1/cam"}}
+    )
+    with pytest.raises(errors.InvalidInput, match="input type 'rtsp' is not supported"):
+        check_supported(rtsp)
 
 
 def test_union_tags_stay_out_of_error_paths() -> None:

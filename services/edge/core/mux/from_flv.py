@@ -19,7 +19,8 @@ in the program (audio arriving after the decision) is ignored and counted
 (``late_streams``); a new sequence header of a stream in the program replaces its
 configuration (parameter sets, AAC config). Video before the first keyframe is dropped (a
 decoder cannot start there). Codecs TS cannot carry here (AV1, VP9, MP3, ...) are dropped
-and counted (``unsupported``). ``FlvToTs.flush()`` answers the last short datagram.
+and counted (``unsupported``). ``FlvToTs.flush()`` answers the last datagram, padded to 1316 bytes with
+null packets (a raw-TS output may hold a short one back until more TS comes).
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ from .codec import (
     parse_hvcc,
 )
 from .codec import VideoCodec as MuxVideoCodec
-from .ts_mux import DatagramPacker, MuxConfig, TsMuxer
+from .ts_mux import NULL_PACKET, DatagramPacker, MuxConfig, TsMuxer
 
 WAIT_MS: Final = 1000  # how long (media time) the program choice waits for the other stream
 MAX_PENDING: Final = 512  # tags held while waiting (about 1 s of 25 fps video + 48 kHz AAC is ~72)
+TS_PACKET_SIZE: Final = 188
+DATAGRAM_SIZE: Final = 7 * TS_PACKET_SIZE
 TIMESTAMP_BASE: Final = 90_000  # 1 s in 90 kHz ticks: keeps PCR = DTS - 700 ms positive at the start
 _VIDEO_CODECS: Final[dict[VideoCodec, MuxVideoCodec]] = {VideoCodec.AVC: "h264", VideoCodec.HEVC: "hevc"}
 
@@ -92,7 +95,8 @@ class FlvToTs:
     def flush(self) -> list[bytes]:
         """At the end of a publication: start with what is known, and the last short datagram."""
         out = self._start() if self._muxer is None and self._known() else []
-        out += self._packer.flush()
+        for tail in self._packer.flush():  # padded with null packets: every datagram is 1316 bytes
+            out.append(tail + NULL_PACKET * ((DATAGRAM_SIZE - len(tail)) // TS_PACKET_SIZE))
         self.stats.datagrams += len(out)
         return out
 

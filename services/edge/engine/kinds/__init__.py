@@ -15,6 +15,7 @@ from appliance import errors
 from appliance.models.config import FlowConfig, OutputConfig
 from appliance.models.kinds import INPUT_KINDS, OUTPUT_KINDS
 from services.edge.engine.kinds.base import FlowPort, InputDriver, OutputDriver
+from services.edge.engine.kinds.rtmp import RtmpInputDriver
 from services.edge.engine.kinds.rtmp_output import RtmpOutputDriver
 from services.edge.engine.kinds.rtp import RtpInputDriver
 from services.edge.engine.kinds.srt import SrtInputDriver, SrtOutputDriver, check_srt_supported
@@ -28,6 +29,7 @@ INPUT_DRIVERS: Final[dict[str, InputFactory]] = {
     "rtp": RtpInputDriver,
     "udp": UdpInputDriver,
     "srt": SrtInputDriver,
+    "rtmp": RtmpInputDriver,
 }
 OUTPUT_DRIVERS: Final[dict[str, OutputFactory]] = {
     "rtp": open_udp_output,
