@@ -19,7 +19,7 @@ from typing import Any, Final
 import trio
 from pydantic import ValidationError
 
-from appliance.models.config import FlowConfig, OutputConfig
+from appliance.models.config import FlowConfig, OutputConfig, RtmpInput, split_host_port
 from appliance.models.events import Event
 from appliance.models.stats import FlowCounters
 from services.edge.engine.ipc import WorkerLinkError, WorkerProcess, deliver_events, terminate
@@ -33,6 +33,18 @@ _LINK_ERRORS: Final = {
     "unreachable": "engine worker is not reachable",
     "no_answer": "engine did not answer",
 }
+
+
+def shared_listener(flow: FlowConfig) -> tuple[str, int] | None:
+    """The listener a flow may share with others (RTMP: one TCP port per worker process), or None.
+
+    Flows whose inputs share one (interop.md 2.3: RTMP flows on one ``listen_addr``) must run in
+    one worker, which owns the socket; the key is the port, so a flow on the same port and
+    another address lands there too (the clash rule decides whether they may coexist).
+    """
+    if isinstance(flow.input, RtmpInput):
+        return ("rtmp", split_host_port(flow.input.listen_addr)[1])
+    return None
 
 
 class EngineError(Exception):
@@ -111,6 +123,10 @@ class Engine:
         self._log_level = log_level
         self._workers: list[_Worker | None] = [None] * workers
         self._flow_worker: dict[str, int] = {}
+        self._flow_listener: dict[str, tuple[str, int]] = {}  # flow -> the listener it shares
+        # The RTMPS certificate and key files ({"cert_path", "key_path"}) for the worker, or None
+        # (the worker then serves a self-signed certificate of its own): set by the service.
+        self.rtmp_tls: Callable[[], dict[str, str] | None] | None = None
         self._nursery: trio.Nursery | None = None
         self._ready = trio.Event()
 
@@ -160,6 +176,7 @@ class Engine:
                 lost = sorted(worker.flows)
                 for flow_id in lost:
                     self._flow_worker.pop(flow_id, None)
+                    self._flow_listener.pop(flow_id, None)
                 await proc.close()
             _log.error("engine worker %d exited (status %s); restarting it", index, proc.process.returncode)
             if lost:
@@ -176,6 +193,7 @@ class Engine:
             flow_id = str(message.get("flow_id"))
             worker.flows.discard(flow_id)
             self._flow_worker.pop(flow_id, None)
+            self._flow_listener.pop(flow_id, None)
             self._on_flow_failed(flow_id, str(message.get("error")))
 
     def _typed_reports(self, flows: object) -> dict[str, FlowCounters]:
@@ -211,6 +229,16 @@ class Engine:
             raise EngineError("no engine worker is running")
         return min(alive, key=lambda w: len(w.flows))
 
+    def _worker_for(self, flow: FlowConfig) -> _Worker:
+        """The worker of a running flow whose listener ``flow`` shares, else the least loaded."""
+        key = shared_listener(flow)
+        if key is not None:
+            for other, other_key in self._flow_listener.items():
+                worker = self._worker_of(other) if other_key == key and other != flow.id else None
+                if worker is not None and worker.alive:
+                    return worker
+        return self._least_loaded()
+
     def _worker_of(self, flow_id: str) -> _Worker | None:
         index = self._flow_worker.get(flow_id)
         return self._workers[index] if index is not None else None
@@ -225,15 +253,23 @@ class Engine:
         return set(self._flow_worker)
 
     async def start_flow(self, flow: FlowConfig) -> None:
-        """Start ``flow`` on the least-loaded worker; returns once its input is bound."""
-        worker = self._least_loaded()
+        """Start ``flow`` on the least-loaded worker (on the worker of the flows whose listener it
+        shares, see ``shared_listener``); returns once its input is bound."""
+        worker = self._worker_for(flow)
         worker.flows.add(flow.id)
         self._flow_worker[flow.id] = worker.index
+        key = shared_listener(flow)
+        if key is not None:
+            self._flow_listener[flow.id] = key
+        message: dict[str, Any] = {"op": "start_flow", "flow": flow.model_dump(mode="json")}
+        if isinstance(flow.input, RtmpInput) and flow.input.tls and self.rtmp_tls is not None:
+            message["rtmp_tls"] = self.rtmp_tls()
         try:
-            await self._request(worker, {"op": "start_flow", "flow": flow.model_dump(mode="json")})
+            await self._request(worker, message)
         except BaseException:
             worker.flows.discard(flow.id)
             self._flow_worker.pop(flow.id, None)
+            self._flow_listener.pop(flow.id, None)
             # Without an answer (timeout, cancellation) the worker may still start it: tell it
             # to drop the flow, so nothing runs there that this side does not know of.
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):
@@ -253,6 +289,7 @@ class Engine:
         finally:
             worker.flows.discard(flow_id)
             self._flow_worker.pop(flow_id, None)
+            self._flow_listener.pop(flow_id, None)
 
     async def add_output(self, flow_id: str, output: OutputConfig) -> None:
         worker = self._worker_of(flow_id)

@@ -25,6 +25,7 @@ from appliance.models.config import FlowConfig, OutputConfig
 from services.edge.core.watch import FlowWatch
 from services.edge.engine.flow import FlowRuntime
 from services.edge.engine.ipc import STATS_INTERVAL_S, MessageStream, serve_commands
+from services.edge.engine.rtmp import tls as rtmp_tls
 from services.edge.engine.udp import FlowStartError
 
 _log = logging.getLogger("mediaplane.engine")
@@ -60,6 +61,7 @@ class Worker:
 
     async def _start_flow(self, message: dict[str, Any]) -> None:
         config = FlowConfig.model_validate(message["flow"])
+        rtmp_tls.configure(message.get("rtmp_tls"))  # the RTMPS certificate files, when named
         if config.id in self.flows:
             raise FlowStartError(f"flow {config.id!r} is already running")
         runtime = FlowRuntime(config, self._flow_failed)

@@ -59,7 +59,7 @@ def test_interop_labels_and_transports() -> None:
 
 def test_every_driver_has_a_declared_kind_and_the_rest_answer_400() -> None:
     assert set(INPUT_DRIVERS) == {"rtp", "udp", "srt", "rtmp"} <= set(INPUT_KINDS)
-    assert set(OUTPUT_DRIVERS) == {"rtp", "udp", "srt"} <= set(OUTPUT_KINDS)
+    assert set(OUTPUT_DRIVERS) == {"rtp", "udp", "srt", "rtmp"} <= set(OUTPUT_KINDS)
     rtsp = FlowConfig.model_validate(
         {"id": "f", "name": "F", "input": {"type": "rtsp", "rtsp_url": "rtsp://192.0.2.1/cam"}}
     )
