@@ -27,7 +27,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -45,10 +45,12 @@ from services.edge.core.rtmp import (
     VideoData,
     VideoTag,
 )
-from services.edge.engine.kinds.base import FlowPort
 from services.edge.engine.udp import FlowStartError
 
 from . import tls as rtmp_tls
+
+if TYPE_CHECKING:  # kinds/ imports this module: no import cycle at run time
+    from services.edge.engine.kinds.base import FlowPort
 
 _log = logging.getLogger("mediaplane.engine")
 MAX_CONNECTIONS: Final = 64
