@@ -146,9 +146,17 @@ def test_a_publisher_over_max_publishers_is_rejected(edge: Edge, tmp_path: Path)
         first.wait(timeout=10)
 
 
-def test_two_flows_share_one_listener(edge: Edge, tmp_path: Path) -> None:
+def test_two_flows_share_one_listener(tmp_path: Path) -> None:
+    # Three workers: without the placement rule "fb" would go to an idle worker and fail to bind.
+    with running_edge(tmp_path, extra_args=["--workers", "3"]) as edge:
+        check_shared_listener(edge)
+
+
+def check_shared_listener(edge: Edge) -> None:
     port, out_a, out_b = free_port(), free_udp_port(), free_udp_port()
     create(edge, rtmp_flow("fa", port, out_a, stream_key="key-a"))
+    udp_in = {"type": "udp", "bind_addr": f"127.0.0.1:{free_udp_port()}"}
+    create(edge, {"id": "u", "name": "u", "input": udp_in, "outputs": []})  # loads another worker
     create(edge, rtmp_flow("fb", port, out_b, stream_key="key-b"))
     for flow_id in ("fa", "fb"):
         wait_for(lambda f=flow_id: stats(edge, f)["input"]["state"] == "listening", timeout=15)
