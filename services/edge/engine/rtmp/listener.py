@@ -36,7 +36,6 @@ from services.edge.core.mux.from_flv import FlvToTs
 from services.edge.core.rtmp import (
     AudioData,
     AudioTag,
-    ConnectionClosed,
     PacketKind,
     ProtocolError,
     PublishRequested,
@@ -45,6 +44,7 @@ from services.edge.core.rtmp import (
     VideoData,
     VideoTag,
 )
+from services.edge.core.rtmp import Event as RtmpEvent
 from services.edge.engine.udp import FlowStartError
 
 from . import tls as rtmp_tls
@@ -257,7 +257,7 @@ class RtmpListener:
     def _routes_of_app(self, app: str | None) -> list[Route]:
         return [r for r in self.routes if r.app == app]
 
-    def _warn(self, app: str | None, message: str, peer: str) -> None:
+    def warn(self, app: str | None, message: str, peer: str) -> None:
         """A publisher error: on the flows of the app, else (rate-limited) on every flow here."""
         routes = self._routes_of_app(app)
         if not routes:
@@ -271,89 +271,29 @@ class RtmpListener:
             route.event(warning(EventCategory.RTMP, message, peer=peer))
 
     async def _connection(self, tcp: trio.SocketStream) -> None:
-        peer = _peer_text(tcp)
+        session = _Session(self, _peer_text(tcp))
         stream: trio.abc.Stream = tcp
-        conn = RtmpServerConnection()
-        publisher: Publisher | None = None
-        route: Route | None = None
-        ended_cleanly = False
         try:
-            with trio.CancelScope() as scope:
+            with session.scope:
                 try:
                     if self._ssl is not None:
                         stream = trio.SSLStream(tcp, self._ssl, server_side=True)
                         with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
                             await stream.do_handshake()
-                    while not conn.closed:
-                        with trio.fail_after(IDLE_TIMEOUT_S):
-                            data = await stream.receive_some(RECEIVE_SIZE)
-                        for event in conn.receive_data(data):
-                            if isinstance(event, PublishRequested):
-                                if publisher is not None:
-                                    conn.reject_publish("one publication per connection", event.stream_id)
-                                    continue
-                                route = self._route(conn, event, peer)
-                                if route is not None:
-                                    publisher = Publisher(peer, scope)
-                                    if not route.attach(publisher):
-                                        self._refuse(conn, route, event, peer)
-                                        publisher, route = None, None
-                                    else:
-                                        conn.accept_publish(event.stream_id)
-                                        role = "active" if route.active is publisher else "standby"
-                                        route.event(
-                                            info(
-                                                EventCategory.RTMP,
-                                                f"RTMP publisher {peer} connected ({role}, stream key "
-                                                f"{'accepted' if route.keyed else 'any'})",
-                                                peer=peer,
-                                            )
-                                        )
-                            elif isinstance(event, (VideoData, AudioData)):
-                                if publisher is not None and route is not None:
-                                    route.media(publisher, event)
-                            elif isinstance(event, StreamEnded):
-                                if publisher is not None and route is not None:
-                                    ended_cleanly = True
-                                    route.detach(publisher)
-                                    route.event(info(EventCategory.RTMP, f"RTMP publisher {peer} ended", peer=peer))
-                                    publisher, route = None, None
-                            elif isinstance(event, ConnectionClosed):
-                                break
-                        if route is not None and route.active is publisher:
-                            route.end_batch()
-                        out = conn.data_to_send()
-                        if out:
-                            with trio.fail_after(SEND_TIMEOUT_S):
-                                await stream.send_all(out)
-                        if not data:
-                            break
-                    if publisher is not None and route is not None and not ended_cleanly:
-                        route.event(
-                            warning(EventCategory.RTMP, f"RTMP publisher {peer} disconnected without ending", peer=peer)
-                        )
+                    await session.run(stream)
                 except ProtocolError as exc:
-                    self._warn(
-                        conn.app if route is None else route.app, f"RTMP publisher {peer}: protocol error: {exc}", peer
-                    )
+                    session.warn(f"protocol error: {exc}")
                 except trio.TooSlowError:
-                    self._warn(
-                        conn.app if route is None else route.app,
-                        f"RTMP publisher {peer}: no data for {IDLE_TIMEOUT_S:g} s; closed",
-                        peer,
-                    )
+                    session.warn(f"no data for {IDLE_TIMEOUT_S:g} s; closed")
                 except _NETWORK_ERRORS as exc:
-                    if publisher is not None and route is not None:
-                        route.event(
-                            warning(EventCategory.RTMP, f"RTMP publisher {peer}: connection lost ({exc})", peer=peer)
-                        )
+                    if session.publishing:
+                        session.warn(f"connection lost ({exc})")
         finally:
             self.connections -= 1
-            if publisher is not None and route is not None:
-                route.detach(publisher)
+            session.leave()
             await trio.aclose_forcefully(stream)
 
-    def _route(self, conn: RtmpServerConnection, request: PublishRequested, peer: str) -> Route | None:
+    def route_of(self, conn: RtmpServerConnection, request: PublishRequested, peer: str) -> Route | None:
         """The route of a publish request, or None after a clean reject (and a warning)."""
         for route in self.routes:
             if route.matches(request.app, request.stream_key):
@@ -374,7 +314,7 @@ class RtmpListener:
             _log.info("rtmp %s: publish to unknown app %r refused", peer, request.app)
         return None
 
-    def _refuse(self, conn: RtmpServerConnection, route: Route, request: PublishRequested, peer: str) -> None:
+    def refuse(self, conn: RtmpServerConnection, route: Route, request: PublishRequested, peer: str) -> None:
         conn.reject_publish(
             f"max_publishers ({route.max_publishers}) reached",
             request.stream_id,
@@ -387,6 +327,84 @@ class RtmpListener:
                 peer=peer,
             )
         )
+
+
+class _Session:
+    """One connection: its sans-IO RTMP end, and the publication it holds (route + publisher)."""
+
+    def __init__(self, listener: RtmpListener, peer: str) -> None:
+        self.listener = listener
+        self.peer = peer
+        self.conn = RtmpServerConnection()
+        self.scope = trio.CancelScope()
+        self.route: Route | None = None
+        self.publisher: Publisher | None = None
+
+    @property
+    def publishing(self) -> bool:
+        return self.publisher is not None
+
+    async def run(self, stream: trio.abc.Stream) -> None:
+        """Read, answer, feed: until the peer closes, is rejected, or breaks a bound."""
+        conn = self.conn
+        while not conn.closed:
+            with trio.fail_after(IDLE_TIMEOUT_S):
+                data = await stream.receive_some(RECEIVE_SIZE)
+            for event in conn.receive_data(data):
+                self._on_event(event)
+            route = self.route
+            if route is not None and route.active is self.publisher:
+                route.end_batch()
+            out = conn.data_to_send()
+            if out:
+                with trio.fail_after(SEND_TIMEOUT_S):
+                    await stream.send_all(out)
+            if not data:
+                break
+        if self.publishing:
+            self.warn("disconnected without ending its stream")
+
+    def _on_event(self, event: RtmpEvent) -> None:
+        route, publisher = self.route, self.publisher
+        if isinstance(event, (VideoData, AudioData)):
+            if route is not None and publisher is not None:
+                route.media(publisher, event)
+        elif isinstance(event, PublishRequested):
+            self._on_publish(event)
+        elif isinstance(event, StreamEnded) and route is not None and publisher is not None:
+            self.leave()
+            route.event(info(EventCategory.RTMP, f"RTMP publisher {self.peer} ended", peer=self.peer))
+
+    def _on_publish(self, request: PublishRequested) -> None:
+        conn, peer = self.conn, self.peer
+        if self.publisher is not None:
+            conn.reject_publish("one publication per connection", request.stream_id)
+            return
+        route = self.listener.route_of(conn, request, peer)
+        if route is None:
+            return
+        publisher = Publisher(peer, self.scope)
+        if not route.attach(publisher):
+            self.listener.refuse(conn, route, request, peer)
+            return
+        conn.accept_publish(request.stream_id)
+        self.route, self.publisher = route, publisher
+        role = "active" if route.active is publisher else "standby"
+        key = "accepted" if route.keyed else "any"
+        route.event(info(EventCategory.RTMP, f"RTMP publisher {peer} connected ({role}, stream key {key})", peer=peer))
+
+    def warn(self, what: str) -> None:
+        """A publisher error: on this publication's flow, else on the flows of the app."""
+        message = f"RTMP publisher {self.peer}: {what}"
+        if self.route is not None:
+            self.route.event(warning(EventCategory.RTMP, message, peer=self.peer))
+        else:
+            self.listener.warn(self.conn.app, message, self.peer)
+
+    def leave(self) -> None:
+        if self.route is not None and self.publisher is not None:
+            self.route.detach(self.publisher)
+        self.route, self.publisher = None, None
 
 
 # ---------------------------------------------------------------------------- the registry
