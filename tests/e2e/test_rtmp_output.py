@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -16,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from services.edge.core.rtmp import PublishRequested, RtmpServerConnection
+from services.edge.engine.kinds.rtmp_output import parse_target
 from tests.helpers.edge import Edge, free_port, free_udp_port, running_edge, wait_for
-from tests.helpers.media import send_datagrams
+from tests.helpers.media import UdpSink, send_datagrams
 
 pytestmark = [pytest.mark.e2e, pytest.mark.interop]
 
@@ -37,12 +40,20 @@ def need_ffmpeg() -> None:
         pytest.skip("ffmpeg not installed")
 
 
-def make_ts(path: Path, seconds: int, *, video: list[str] | None = None, rate: str = "1500k") -> Path:
+def make_ts(
+    path: Path,
+    seconds: int,
+    *,
+    video: list[str] | None = None,
+    rate: str | None = "1500k",
+    source: str = "testsrc2=size=640x360:rate=25",
+) -> Path:
     """A CBR (``-muxrate``) H.264/AAC MPEG-TS, so a constant datagram rate paces it in real time."""
     video = video or ["-c:v", "libx264", "-b:v", "1000k", "-maxrate", "1000k", "-bufsize", "500k"]
-    cmd = [FFMPEG, "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=25"]
+    cmd = [FFMPEG, "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i", source]
     cmd += ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000", *video, "-g", "25", "-bf", "2"]
-    cmd += ["-c:a", "aac", "-b:a", "128k", "-t", str(seconds), "-muxrate", rate, "-f", "mpegts", str(path)]
+    cmd += ["-c:a", "aac", "-b:a", "128k", "-t", str(seconds), *(["-muxrate", rate] if rate else [])]
+    cmd += ["-f", "mpegts", str(path)]
     subprocess.run(cmd, check=True, timeout=180, capture_output=True)
     return path
 
@@ -393,3 +404,94 @@ def test_hevc_push_to_ffmpeg(edge: Edge, tmp_path: Path) -> None:
         listener.kill()
     assert unexpected(stderr) == []
     check_recording(tmp_path / "out.flv", media_duration(source))
+
+
+# ------------------------------------------------------------------ a server that stops reading
+
+
+class StalledServer(threading.Thread):
+    """An RTMP server (the sans-IO core on a blocking socket) that accepts the publish, then never
+    reads again: the edge's TCP send blocks."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        self.listener.settimeout(20)
+        self.port: int = self.listener.getsockname()[1]
+        self.published = threading.Event()
+        self.release = threading.Event()
+
+    def run(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            conn.settimeout(20)
+            server = RtmpServerConnection()
+            for _ in range(1000):
+                data = conn.recv(65536)
+                for event in server.receive_data(data):
+                    if isinstance(event, PublishRequested):
+                        server.accept_publish(event.stream_id)
+                        self.published.set()
+                conn.sendall(server.data_to_send())
+                if self.published.is_set() or not data:
+                    break
+            self.release.wait(timeout=120)
+
+    def stop(self) -> None:
+        self.release.set()
+        self.join(timeout=10)
+        self.listener.close()
+
+
+def test_a_stalled_server_drops_and_counts_but_never_stalls_the_flow(edge: Edge, tmp_path: Path) -> None:
+    # ~47 Mbit/s of real H.264 (noise at qp 20): 4 s of it is beyond the 8 MiB queue + TCP buffers.
+    noisy = ["-c:v", "libx264", "-preset", "ultrafast", "-qp", "20"]
+    noise = "testsrc2=size=640x360:rate=25,noise=alls=60:allf=t"
+    source = make_ts(tmp_path / "in.ts", 4, video=noisy, rate=None, source=noise)
+    datagrams = [d for d in ts_datagrams(source) if len(d) == 1316]  # whole 7-packet datagrams only
+    assert len(datagrams) * 1316 > 16_000_000
+    server = StalledServer()
+    server.start()
+    udp, out = free_udp_port(), free_udp_port()
+    body = flow(udp, f"rtmp://127.0.0.1:{server.port}/live")
+    body["outputs"].append({"type": "udp", "id": "copy", "name": "copy", "dest_addr": f"127.0.0.1:{out}"})
+    try:
+        with edge.client() as api:
+            assert api.post("/api/v1/flows", json=body).status_code == 200
+        assert server.published.wait(timeout=20)
+        wait_for(lambda: (o := output_state(edge)) and o["state"] == "connected", timeout=20)
+        with UdpSink(out) as sink:
+            send_datagrams(("127.0.0.1", udp), datagrams, pps=6000)
+            wait_for(lambda: len(sink.datagrams) >= len(datagrams), timeout=15)
+        assert sink.datagrams == datagrams  # the other output got everything, on time
+        o = wait_for(lambda: (x := output_state(edge)) and x["packets_dropped"] > 0 and x, timeout=10)
+        assert o["state"] == "connected" and o["packets_sent"] + o["packets_dropped"] <= len(datagrams)
+        # What was neither sent nor dropped waits in the queue: at most its 8 MiB.
+        assert (len(datagrams) - o["packets_sent"] - o["packets_dropped"]) * 1316 <= 8 * 1024 * 1024
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------ the URL (no peer needed)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("rtmp://a.example/live", ("rtmp", "a.example", 1935, "live", "rtmp://a.example/live")),
+        ("rtmps://a.example/live2/", ("rtmps", "a.example", 443, "live2", "rtmps://a.example/live2")),
+        ("rtmp://[::1]:1936/app/inst", ("rtmp", "::1", 1936, "app/inst", "rtmp://[::1]:1936/app/inst")),
+        ("rtmp://h/app?token=x", ("rtmp", "h", 1935, "app?token=x", "rtmp://h/app?token=x")),
+    ],
+)
+def test_parse_target(url: str, expected: tuple[str, str, int, str, str]) -> None:
+    t = parse_target(url)
+    assert (t.scheme, t.host, t.port, t.app, t.tc_url) == expected
+    assert "token" not in t.display
+
+
+@pytest.mark.parametrize("url", ["rtmp://host", "rtmp://host/", "http://host/app", "rtmp:///app"])
+def test_parse_target_refuses(url: str) -> None:
+    with pytest.raises(ValueError):
+        parse_target(url)
