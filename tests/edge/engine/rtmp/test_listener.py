@@ -176,3 +176,51 @@ async def test_a_busy_address_fails_the_start() -> None:
         with pytest.raises(FlowStartError, match=r"cannot listen for RTMP on 127\.0\.0\.1"):
             join("127.0.0.1", port, False, Route(FakeFlow("x"), "live", None, 1))  # type: ignore[arg-type]
     assert rtmp_listener.listeners() == {}
+
+
+async def test_the_driver_reports_state_and_the_publisher_address() -> None:
+    from appliance.models.config import RtmpInput
+    from appliance.models.stats import InputCounters
+    from services.edge.engine.kinds.rtmp import RtmpInputDriver
+
+    port = free_port()
+    flow = FakeFlow("d")
+    driver = RtmpInputDriver(RtmpInput(listen_addr=f"127.0.0.1:{port}", stream_key="k"), flow)  # type: ignore[arg-type]
+    driver.open()
+    try:
+        assert driver.state(0.0) == "listening" and driver.extra_counters() == {}
+        client = await Client.publish(port, "k")
+        assert driver.state(0.0) == "receiving"
+        peer = driver.extra_counters()["peer_addr"]
+        assert peer.startswith("127.0.0.1:")
+        assert InputCounters(state="receiving", **driver.extra_counters()).peer_addr == peer
+        assert "connected (active, stream key accepted)" in flow.messages()[0] and peer in flow.messages()[0]
+        await client.close()
+        await wait_until(lambda: driver.state(0.0) == "listening")
+    finally:
+        driver.close()
+        driver.close()  # idempotent
+    assert rtmp_listener.listeners() == {}
+
+
+def test_rtmps_certificate_files_from_the_start_command(tmp_path: Any) -> None:
+    import datetime as dt
+
+    from appliance.tls_cert import generate_self_signed
+    from services.edge.engine.rtmp import tls as rtmp_tls
+
+    cert, key = generate_self_signed("edge", [], dt.datetime.now(dt.UTC))
+    (tmp_path / "c.pem").write_bytes(cert)
+    (tmp_path / "k.pem").write_bytes(key)
+    rtmp_tls.reset()
+    try:
+        rtmp_tls.configure(None)
+        ephemeral = rtmp_tls.server_context()  # none named: a self-signed one of this worker
+        assert rtmp_tls.server_context() is ephemeral
+        rtmp_tls.configure({"cert_path": str(tmp_path / "c.pem"), "key_path": str(tmp_path / "k.pem")})
+        assert rtmp_tls.server_context() is not ephemeral
+        rtmp_tls.configure({"cert_path": str(tmp_path / "missing.pem"), "key_path": str(tmp_path / "k.pem")})
+        with pytest.raises(FlowStartError, match="RTMPS: cannot load"):
+            rtmp_tls.server_context()
+    finally:
+        rtmp_tls.reset()
