@@ -17,7 +17,15 @@ from typing import Any
 
 import pytest
 
-from services.edge.core.rtmp import PublishRequested, RtmpServerConnection
+from services.edge.core.mux.codec import join_annexb, length_prefixed_to_annexb, parse_hvcc
+from services.edge.core.rtmp import (
+    AudioData,
+    PacketKind,
+    PublishRequested,
+    RtmpServerConnection,
+    VideoCodec,
+    VideoData,
+)
 from services.edge.engine.kinds.rtmp_output import parse_target
 from tests.helpers.edge import Edge, free_port, free_udp_port, running_edge, wait_for
 from tests.helpers.media import UdpSink, send_datagrams
@@ -495,3 +503,81 @@ def test_parse_target(url: str, expected: tuple[str, str, int, str, str]) -> Non
 def test_parse_target_refuses(url: str) -> None:
     with pytest.raises(ValueError):
         parse_target(url)
+
+
+class RecordingServer(threading.Thread):
+    """The sans-IO RTMP server on a blocking socket, recording what one publisher sends."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(20)
+        self.port: int = self.listener.getsockname()[1]
+        self.events: list[object] = []
+
+    def run(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            conn.settimeout(30)
+            server = RtmpServerConnection()
+            deadline = time.monotonic() + 60
+            for _ in range(200_000):
+                data = conn.recv(65536)
+                for event in server.receive_data(data):
+                    self.events.append(event)
+                    if isinstance(event, PublishRequested):
+                        server.accept_publish(event.stream_id)
+                conn.sendall(server.data_to_send())
+                if not data or server.closed or time.monotonic() > deadline:
+                    break
+
+    def stop(self) -> None:
+        self.join(timeout=30)
+        self.listener.close()
+
+
+def test_hevc_push_as_enhanced_rtmp_decodes(edge: Edge, tmp_path: Path) -> None:
+    """HEVC through E-RTMP (hvc1) without an FFmpeg >= 6.1 listener: our server core records the
+    tags, and the Annex B stream rebuilt from them (HVCC parameter sets + length-prefixed frames)
+    must decode with FFmpeg without an error."""
+    seconds = 4
+    video = ["-c:v", "libx265", "-b:v", "1000k", "-x265-params", "log-level=error"]
+    source = make_ts(tmp_path / "in.ts", seconds, video=video)
+    server = RecordingServer()
+    server.start()
+    udp = free_udp_port()
+    try:
+        with edge.client() as api:
+            body = flow(udp, f"rtmp://127.0.0.1:{server.port}/live")
+            assert api.post("/api/v1/flows", json=body).status_code == 200
+        wait_for(lambda: (o := output_state(edge)) and o["state"] == "connected", timeout=20)
+        sender = Sender(udp, ts_datagrams(source), seconds)
+        sender.start()
+        sender.join(timeout=seconds + 30)
+        wait_for(lambda: (o := output_state(edge)) and o["packets_sent"] >= sender.sent, timeout=10)
+        delete_flow(edge)
+    finally:
+        server.stop()
+    requests = [e for e in server.events if isinstance(e, PublishRequested)]
+    assert [(r.app, r.stream_key) for r in requests] == [("live", KEY)]
+    video_tags = [e.tag for e in server.events if isinstance(e, VideoData)]
+    head = video_tags[0]
+    assert head.codec is VideoCodec.HEVC and head.enhanced and head.packet is PacketKind.SEQUENCE_HEADER
+    record = parse_hvcc(head.payload)
+    assert record is not None
+    frames = [t for t in video_tags if t.packet is PacketKind.FRAME]
+    assert frames[0].is_keyframe and len(frames) >= seconds * 25 - 2
+    assert any(isinstance(e, AudioData) for e in server.events)
+    annexb = bytearray(join_annexb(record.parameter_sets.nals()))
+    for frame in frames:
+        converted = length_prefixed_to_annexb(frame.payload, record.nal_length_size)
+        assert converted is not None
+        annexb += converted
+    raw = tmp_path / "out.hevc"
+    raw.write_bytes(annexb)
+    done = subprocess.run(
+        [FFMPEG, "-nostdin", "-v", "error", "-f", "hevc", "-i", str(raw), "-f", "null", "-"],
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stderr == b"", done.stderr
