@@ -8,7 +8,8 @@ link: the config has no switch to skip that), runs the RTMP handshake, ``connect
 URL's path, tcUrl = the URL) and ``publish(stream_key)`` through the sans-IO
 ``RtmpClientConnection``, then demuxes the queue (``core.mux.to_flv.TsToFlv``: nothing before the
 first video keyframe, sequence headers first) and sends FLV tags. A server that reads slowly
-blocks only this task: the queue absorbs, then drops.
+blocks only this task: the queue absorbs, then drops; a write stuck for ``WRITE_STALL_S`` ends
+the connection (then reconnect).
 
 Trouble is the output's ``state`` (``connecting``/``connected``/``reconnecting``/``failed``) and
 ``rtmp`` events, never a flow failure: the first failed attempt after a connection and every
@@ -51,6 +52,8 @@ DEFAULT_PORTS: Final = {"rtmp": 1935, "rtmps": 443}
 QUEUE_MAX_BYTES: Final = 8 * 1024 * 1024  # ~8 s at 8 Mbit/s, then new datagrams are dropped
 CONNECT_TIMEOUT_S: Final = 10.0  # TCP + TLS + RTMP handshake + connect + publish
 RECEIVE_SIZE: Final = 65536
+BATCH_DATAGRAMS: Final = 256  # TS datagrams converted per write (~340 kB)
+WRITE_STALL_S: Final = 30.0  # a server that takes nothing for this long is gone (a dead peer, no RST)
 CLOSE_GRACE_S: Final = 1.0  # FCUnpublish/deleteStream on close, best effort
 
 
@@ -339,13 +342,18 @@ class RtmpOutputDriver:
             await self._ready.wait()
             self._ready = trio.Event()
             while queue:
-                chunk = queue.popleft()
-                self._queued_bytes -= len(chunk)
-                self.packets_sent += 1
-                self._send_tags(client, converter.feed(chunk))
+                # Convert what is queued (at most a bounded batch), then one write for all of it.
+                for _ in range(min(len(queue), BATCH_DATAGRAMS)):
+                    chunk = queue.popleft()
+                    self._queued_bytes -= len(chunk)
+                    self.packets_sent += 1
+                    self._send_tags(client, converter.feed(chunk))
                 async with lock:
                     self._writing = True
-                    await self._write(stream, client)  # the queue keeps filling meanwhile (offer never waits)
+                    with trio.move_on_after(WRITE_STALL_S) as stall:
+                        await self._write(stream, client)  # the queue keeps filling meanwhile (offer never waits)
+                    if stall.cancelled_caught:
+                        raise RtmpPushError(f"the server has not read anything for {WRITE_STALL_S:g} s")
                     self._writing = False
 
     @staticmethod
