@@ -56,6 +56,7 @@ class InputStats(_Stats):
     redundancy_switches: int = 0
     srt_stats: SrtLegStats | None = None
     srt_leg2_stats: SrtLegStats | None = None
+    peer_addr: str | None = None  # an rtmp input's active publisher (``host:port``), else null
 
 
 class OutputStats(_Stats):

@@ -50,6 +50,7 @@ from services.edge.events import EventBus
 from services.edge.lifecycle import FlowLifecycle, Trigger
 from services.edge.manager_link import EdgeLinkHost
 from services.edge.nmos.node import NmosNode
+from services.edge.rtmps_cert import rtmps_files
 from services.edge.stats import StatsAggregator
 from services.edge.tunnels.supervisor import TunnelError, TunnelSupervisor
 
@@ -152,6 +153,8 @@ class EdgeService:
         )
         # tunnel_runner: "module:attribute" of the runner factory the tunnel worker loads
         # (None: services.edge.tunnels.runner:TunnelRunner; tests give a fake).
+        # RTMPS inputs serve server.tls's pair, else one generated beside the config at first use.
+        self.engine.rtmp_tls = lambda: rtmps_files(self.config, self.store.config_dir)
         self.tunnel_supervisor = TunnelSupervisor(
             on_event=self.events.publish, software_version=version, log_level=log_level, runner=tunnel_runner
         )

@@ -155,6 +155,7 @@ class StatsAggregator:
             redundancy_switches=inp.redundancy_switches,
             srt_stats=inp.srt_stats,
             srt_leg2_stats=inp.srt_leg2_stats,
+            peer_addr=inp.peer_addr,
         )
         running_outputs = {o.output_id: o for o in counters.outputs}
         outputs = []

@@ -80,6 +80,8 @@ def check_publication(edge: Edge, tmp_path: Path, *, tls: bool) -> None:
         proc = publish(f"{scheme}://127.0.0.1:{port}/live/{KEY}", tls=tls, log=tmp_path / "ffmpeg.log")
         try:
             wait_for(lambda: stats(edge, "rtmpin")["input"]["state"] == "receiving", timeout=15)
+            peer = wait_for(lambda: stats(edge, "rtmpin")["input"]["peer_addr"], timeout=10)
+            assert peer.startswith("127.0.0.1:"), peer  # the publisher's address, in the REST stats
             media = wait_for(
                 lambda: (
                     (m := (stats(edge, "rtmpin").get("media_analysis") or {})).get("audio_streams")
@@ -92,6 +94,7 @@ def check_publication(edge: Edge, tmp_path: Path, *, tls: bool) -> None:
         finally:
             proc.kill()
         wait_for(lambda: stats(edge, "rtmpin")["input"]["state"] == "listening", timeout=15)
+        assert stats(edge, "rtmpin")["input"]["peer_addr"] is None
     video, audio = media["video_streams"][0], media["audio_streams"][0]
     assert video["codec"].lower() in ("h264", "h.264", "avc"), video
     assert video["resolution"] == "640x360" and round(video["frame_rate"]) == 25, video
