@@ -216,10 +216,14 @@ def measure_edge(source: Path, seconds: float, workdir: Path) -> Result:
     return Result("mediaplane (rtmp in, 2 udp out)", seconds, cpu, min(drain.received))
 
 
-def measure_ffmpeg(source: Path, seconds: float) -> Result:
-    """``ffmpeg -listen 1`` remuxing RTMP to TS over UDP; its own CPU (``wait4``'s rusage)."""
+def measure_ffmpeg(source: Path, seconds: float, workdir: Path) -> Result:
+    """``ffmpeg -listen 1`` remuxing RTMP to TS over UDP; its own CPU (``wait4``'s rusage).
+
+    Its stderr goes to ``ffmpeg-remux.log``: ffmpeg's listener reports the publisher's close as
+    an "Input/output error" (it ignores FCUnpublish), which is not a failure."""
     rtmp_port = free_port()
     drain = UdpDrain(1)
+    remux_log = (workdir / "ffmpeg-remux.log").open("ab")
     remux = subprocess.Popen(
         [
             ffmpeg(),
@@ -236,6 +240,7 @@ def measure_ffmpeg(source: Path, seconds: float) -> Result:
             f"udp://127.0.0.1:{drain.ports[0]}?pkt_size=1316",
         ],
         stdin=subprocess.DEVNULL,
+        stderr=remux_log,
     )
     try:
         wait_for_bound(rtmp_port)
@@ -254,6 +259,7 @@ def measure_ffmpeg(source: Path, seconds: float) -> Result:
         if remux.returncode is None:
             remux.kill()
             remux.wait(5)
+        remux_log.close()
         drain.close()
     return Result("ffmpeg -listen 1 -c copy -f mpegts (1 udp out)", seconds, cpu, drain.received[0])
 
@@ -278,7 +284,7 @@ def run(seconds: float, bitrate_kbps: int, workdir: Path) -> dict[str, Any]:
     log(f"bench.rtmp: {seconds:g} s of {bitrate_kbps} kbit/s H.264 + AAC, published in real time")
     ours = measure_edge(source, seconds, workdir)
     log(f"bench.rtmp: mediaplane {ours.cpu_ms_per_media_s:.0f} ms CPU per s of media")
-    peer = measure_ffmpeg(source, seconds)
+    peer = measure_ffmpeg(source, seconds, workdir)
     log(f"bench.rtmp: ffmpeg {peer.cpu_ms_per_media_s:.0f} ms CPU per s of media")
     ratio = ours.cpu_ms_per_media_s / peer.cpu_ms_per_media_s if peer.cpu_s else float("nan")
     lines = [
