@@ -75,6 +75,7 @@ class ToFlvStats:
     audio_sequence_headers: int = 0
     dropped_before_keyframe: int = 0  # access units before the first usable keyframe
     dropped_before_start: int = 0  # audio older than the first video keyframe
+    dropped_after_gap: int = 0  # video access units between a gap() and the next keyframe
     dropped_malformed: int = 0  # unparseable ADTS, a keyframe without parameter sets...
     discontinuities: int = 0  # DTS jumps beyond MAX_JUMP_90K
     out_of_order: int = 0  # tags sent out of timestamp order (interleave cap reached)
@@ -96,6 +97,7 @@ class TsToFlv:
         self.audio_config: AacConfig | None = None
         self._video_sets: tuple[tuple[bytes, ...], tuple[bytes, ...], tuple[bytes, ...]] | None = None
         self._started = False  # the first keyframe (or, without video, the first audio frame) passed
+        self._wait_keyframe = False  # after a gap (``gap()``): video resumes at the next keyframe
         self._base_ext = 0  # extended 90 kHz value of timestamp 0
         self._anchor_raw = 0  # the latest DTS accepted (33-bit) ...
         self._anchor_ext = 0  # ... and its extended value
@@ -117,6 +119,13 @@ class TsToFlv:
         for unit in self.demuxer.flush():
             self._unit(unit)
         return self._drain(final=True)
+
+    def gap(self) -> None:
+        """The caller lost TS here (a full queue dropped some): video resumes at the next
+        keyframe, so the server gets no pictures that reference what was lost. Audio and the
+        timeline go on."""
+        if self._started:
+            self._wait_keyframe = True
 
     @property
     def has_video(self) -> bool:
@@ -181,6 +190,11 @@ class TsToFlv:
         elif self._video_sets is None or self.video_codec != unit.codec:
             self.stats.dropped_malformed += 1
             return
+        elif self._wait_keyframe:
+            if not unit.keyframe:
+                self.stats.dropped_after_gap += 1
+                return
+            self._wait_keyframe = False
         if not out:
             return
         ms = self._timestamp(unit.dts, "video")

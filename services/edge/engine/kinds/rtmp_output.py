@@ -118,7 +118,8 @@ class RtmpOutputDriver:
         self.bytes_sent = 0  # octets written to the connection (RTMP, before TLS)
         self.packets_dropped = 0  # TS datagrams dropped by a full queue
         self.connections = 0
-        self._queue: deque[bytes] = deque()
+        self._queue: deque[bytes | None] = deque()  # None: datagrams were dropped here
+        self._gap_marked = False
         self._queued_bytes = 0
         self._accepting = False  # only a publishing connection queues: a new one starts at a keyframe
         self._ready = trio.Event()
@@ -140,7 +141,11 @@ class RtmpOutputDriver:
         size = len(payload)
         if self._queued_bytes + size > QUEUE_MAX_BYTES:
             self.packets_dropped += 1
+            if not self._gap_marked:
+                self._queue.append(None)  # where the loss is: the converter resumes at a keyframe
+                self._gap_marked = True
             return
+        self._gap_marked = False
         self._queue.append(bytes(payload))
         self._queued_bytes += size
 
@@ -224,6 +229,7 @@ class RtmpOutputDriver:
         self._accepting = False
         self._queue.clear()
         self._queued_bytes = 0
+        self._gap_marked = False
 
     async def _open(self) -> trio.abc.Stream:
         target = self.target
@@ -345,6 +351,9 @@ class RtmpOutputDriver:
                 # Convert what is queued (at most a bounded batch), then one write for all of it.
                 for _ in range(min(len(queue), BATCH_DATAGRAMS)):
                     chunk = queue.popleft()
+                    if chunk is None:
+                        converter.gap()
+                        continue
                     self._queued_bytes -= len(chunk)
                     self.packets_sent += 1
                     self._send_tags(client, converter.feed(chunk))

@@ -257,3 +257,28 @@ def test_ffmpeg_hevc_ts_becomes_enhanced_rtmp_tags(tmp_path: Path) -> None:
     body = build_video_tag(frames[1])
     assert body[0] & 0x80 and body[1:5] == b"hvc1"  # ExVideoTagHeader, FourCC
     assert parse_video_tag(body) == frames[1] or parse_video_tag(body).payload == frames[1].payload
+
+
+def test_after_a_gap_video_resumes_at_the_next_keyframe() -> None:
+    ts = canned(40, gop=10)
+    cut = len(ts) // 3 // 188 * 188
+    conv = TsToFlv()
+    tags = conv.feed(ts[:cut])
+    conv.gap()
+    tags += conv.feed(ts[cut + 188 * 20 :]) + conv.flush()  # 20 packets lost, then the rest
+    frames = [(ts_, tag) for ts_, tag in videos(tags) if tag.packet is PacketKind.FRAME]
+    assert frames[0][1].is_keyframe
+    # The first frame after the gap is a keyframe, and nothing between was sent.
+    stamps = [ts_ for ts_, _ in frames]
+    jump = next(i for i in range(1, len(stamps)) if stamps[i] - stamps[i - 1] > 40)
+    assert frames[jump][1].is_keyframe and conv.stats.dropped_after_gap > 0
+    assert stamps == sorted(stamps)
+    audio = [ts_ for ts_, tag in audios(tags) if tag.packet is PacketKind.FRAME]
+    assert audio == sorted(audio) and audio[-1] > 1400  # audio and the timeline went on
+
+
+def test_a_gap_before_the_start_changes_nothing() -> None:
+    ts = canned(20)
+    conv = TsToFlv()
+    conv.gap()
+    assert conv.feed(ts) + conv.flush() == convert(ts)[1]
