@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -182,3 +183,31 @@ def check_shared_listener(edge: Edge) -> None:
         assert pb.wait(timeout=30) == 0
     finally:
         pb.kill()
+
+
+def test_an_enhanced_rtmp_hevc_publisher_is_analysed_as_hevc(edge: Edge, tmp_path: Path) -> None:
+    """Enhanced RTMP (FourCC ``hvc1``), from FFmpeg 8 through PyAV (Debian's 5.1 cannot publish it):
+    the flow's analysis sees HEVC at the source's size and rate, and the TS decodes cleanly."""
+    port, out = free_port(), free_udp_port()
+    create(edge, rtmp_flow("hevc", port, out, stream_key=KEY))
+    with UdpSink(out) as sink:
+        publisher = subprocess.run(
+            [
+                *(sys.executable, "-m", "tests.helpers.av_publish", f"rtmp://127.0.0.1:{port}/live/{KEY}"),
+                *("--codec", "hevc", "--seconds", "4", "--size", "320x240"),
+            ],
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert publisher.returncode == 0, publisher.stderr
+        video = wait_for(
+            lambda: ((stats(edge, "hevc").get("media_analysis") or {}).get("video_streams") or [None])[0],
+            timeout=15,
+        )
+        audio = wait_for(lambda: (stats(edge, "hevc").get("media_analysis") or {}).get("audio_streams"), timeout=15)
+    assert video["codec"].lower() in ("hevc", "h265", "h.265"), video
+    assert video["resolution"] == "320x240" and round(video["frame_rate"]) == 25, video
+    assert audio[0]["codec"].lower() == "aac", audio
+    assert decode_errors(b"".join(sink.datagrams), tmp_path) == ""
