@@ -21,12 +21,13 @@ a byte (before or after publishing) closes a connection, ``SEND_TIMEOUT_S`` on e
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -278,13 +279,13 @@ class RtmpListener:
                 try:
                     if self._ssl is not None:
                         stream = trio.SSLStream(tcp, self._ssl, server_side=True)
-                        with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+                        with _within(TLS_HANDSHAKE_TIMEOUT_S, "no TLS handshake in {:g} s; closed"):
                             await stream.do_handshake()
                     await session.run(stream)
                 except ProtocolError as exc:
                     session.warn(f"protocol error: {exc}")
-                except trio.TooSlowError:
-                    session.warn(f"no data for {IDLE_TIMEOUT_S:g} s; closed")
+                except _Stalled as exc:
+                    session.warn(str(exc))
                 except _NETWORK_ERRORS as exc:
                     if session.publishing:
                         session.warn(f"connection lost ({exc})")
@@ -329,6 +330,21 @@ class RtmpListener:
         )
 
 
+class _Stalled(Exception):
+    """A connection that stopped: no data, no TLS handshake, or not reading (the warning text)."""
+
+
+@contextlib.contextmanager
+def _within(seconds: float, text: str) -> Iterator[None]:
+    """``trio.fail_after(seconds)``, raising :class:`_Stalled` with ``text`` (``{}``: the seconds)
+    so that each timeout is reported as what it was."""
+    try:
+        with trio.fail_after(seconds):
+            yield
+    except trio.TooSlowError:
+        raise _Stalled(text.format(seconds)) from None
+
+
 class _Session:
     """One connection: its sans-IO RTMP end, and the publication it holds (route + publisher)."""
 
@@ -348,7 +364,7 @@ class _Session:
         """Read, answer, feed: until the peer closes, is rejected, or breaks a bound."""
         conn = self.conn
         while not conn.closed:
-            with trio.fail_after(IDLE_TIMEOUT_S):
+            with _within(IDLE_TIMEOUT_S, "no data for {:g} s; closed"):
                 data = await stream.receive_some(RECEIVE_SIZE)
             for event in conn.receive_data(data):
                 self._on_event(event)
@@ -357,7 +373,7 @@ class _Session:
                 route.end_batch()
             out = conn.data_to_send()
             if out:
-                with trio.fail_after(SEND_TIMEOUT_S):
+                with _within(SEND_TIMEOUT_S, "not reading (a write waited {:g} s); closed"):
                     await stream.send_all(out)
             if not data:
                 break

@@ -224,3 +224,39 @@ def test_rtmps_certificate_files_from_the_start_command(tmp_path: Any) -> None:
             rtmp_tls.server_context()
     finally:
         rtmp_tls.reset()
+
+
+async def test_a_publisher_that_stops_reading_is_closed_and_the_others_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that floods pings (RTMP 1.0 §7.1.7: each one is answered) but never reads fills the
+    edge's send buffer: the write times out, that connection is closed with a warning, and another
+    publisher on the same listener keeps feeding its flow."""
+    monkeypatch.setattr(rtmp_listener, "SEND_TIMEOUT_S", 0.5)
+    port = free_port()
+    flooded, healthy = FakeFlow("flooded"), FakeFlow("healthy")
+    routes = [Route(flooded, "live", "k1", 1), Route(healthy, "live", "k2", 1)]  # type: ignore[arg-type]
+    listener = join("127.0.0.1", port, False, routes[0])
+    join("127.0.0.1", port, False, routes[1])
+    try:
+        stopper = await Client.publish(port, "k1")
+        good = await Client.publish(port, "k2")
+        assert stopper.accepted and good.accepted
+        # User Control PingRequest (type 4, event 6) on chunk stream 2, fmt 0: 12 + 6 bytes each.
+        ping = b"\x02" + bytes(3) + (6).to_bytes(3, "big") + b"\x04" + bytes(4) + (6).to_bytes(2, "big") + bytes(4)
+        with trio.move_on_after(20):
+            for _ in range(4000):  # up to ~290 MB of pings, never reading the pongs
+                try:
+                    await stopper.stream.send_all(ping * 4000)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    break  # the edge closed it
+                if any("not reading" in m for m in flooded.messages()):
+                    break
+        await wait_until(lambda: any(e.severity == "warning" for e in flooded.events), timeout=10)
+        assert any("not reading (a write waited 0.5 s); closed" in m for m in flooded.messages()), flooded.messages()
+        before = len(healthy.ts)
+        await good.send_media(frames=30)
+        await wait_until(lambda: len(healthy.ts) > before, timeout=5)
+        await good.close()
+        await stopper.close()
+    finally:
+        for route in routes:
+            leave(listener, route)
