@@ -38,6 +38,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench.scenarios import SCENARIOS
 from bench.scenarios.common import Options, Row, dump_json, load_average, log, start_edge
@@ -164,44 +165,41 @@ def _run_manager(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
     return True
 
 
-def _run_relay(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
-    """``bench.relay`` (full or ``--quick``); its table and figures go into ``record["relay"]``.
-    False when a measurement broke (traceback on stderr), never for a goal not met."""
-    from bench import relay as relay_bench
-
-    log(f"--- relay benchmark (load average {load_average()})")
+def _run_suite(key: str, title: str, workdir: Path, record: dict[str, object], run: Callable[[Path], Any]) -> bool:
+    """One benchmark with a table of its own (``bench.relay``, ``bench.rtmp``): ``run(dir)``
+    returns its figures with ``text`` and ``failed``, kept in ``record[key]``. False when a
+    measurement broke (traceback on stderr), never for a goal not met."""
+    log(f"--- {title} (load average {load_average()})")
     started = time.monotonic()
     try:
-        (workdir / "relay").mkdir(parents=True, exist_ok=True)
-        result = relay_bench.run(relay_bench.options(quick, workdir / "relay"), workdir / "relay")
-        record["relay"] = result
+        (workdir / key).mkdir(parents=True, exist_ok=True)
+        result = run(workdir / key)
+        record[key] = result
         return not result["failed"]
     except Exception:  # the tables above must still print
         traceback.print_exc(file=sys.stderr)
-        record["relay"] = {"text": "relay benchmark: failed (see stderr)"}
+        record[key] = {"text": f"{title}: failed (see stderr)"}
         return False
     finally:
-        log(f"--- relay benchmark took {time.monotonic() - started:.0f} s")
+        log(f"--- {title} took {time.monotonic() - started:.0f} s")
+
+
+def _run_relay(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
+    """``bench.relay`` (full or ``--quick``)."""
+    from bench import relay as relay_bench
+
+    return _run_suite(
+        "relay", "relay benchmark", workdir, record, lambda d: relay_bench.run(relay_bench.options(quick, d), d)
+    )
 
 
 def _run_rtmp(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
-    """``bench.rtmp`` (20 s, or 3 s with ``--quick``); its table and figures go into
-    ``record["rtmp"]``. False when a measurement broke (traceback on stderr)."""
+    """``bench.rtmp`` (20 s, or 3 s with ``--quick``)."""
     from bench import rtmp as rtmp_bench
 
-    log(f"--- RTMP ingest benchmark (load average {load_average()})")
-    started = time.monotonic()
-    try:
-        (workdir / "rtmp").mkdir(parents=True, exist_ok=True)
-        result = rtmp_bench.run(3.0 if quick else 20.0, 8000, workdir / "rtmp")
-        record["rtmp"] = result
-        return not result["failed"]
-    except Exception:  # the tables above must still print
-        traceback.print_exc(file=sys.stderr)
-        record["rtmp"] = {"text": "RTMP ingest benchmark: failed (see stderr)"}
-        return False
-    finally:
-        log(f"--- RTMP ingest benchmark took {time.monotonic() - started:.0f} s")
+    return _run_suite(
+        "rtmp", "RTMP ingest benchmark", workdir, record, lambda d: rtmp_bench.run(3.0 if quick else 20.0, 8000, d)
+    )
 
 
 def _run_one(number: int, title: str, run: Callable[[Options], list[Row]], opts: Options) -> list[Row]:
