@@ -10,6 +10,7 @@
 | `rtmp://0.0.0.0:1935/live/KEY` (input) | `{"type": "rtmp", "listen_addr", "app": "live", "stream_key"}` |
 | `rtmps://0.0.0.0:1935/live/KEY` (input) | the same with `"tls": true` (no KEY: any key) |
 | `rtmp[s]://host[:port]/app/KEY` (output) | `{"type": "rtmp", "dest_url": "rtmp[s]://host/app", "stream_key"}` |
+| `rtsp[s]://user:pass@cam/path?transport=udp` (input) | `{"type": "rtsp", "rtsp_url": "rtsp[s]://cam/path", "username", "password", "transport"}` |
 
 SRT mode: `caller` sets `remote_addr` to the URL's address and `local_addr` to
 `0.0.0.0:0`; `listener` sets `local_addr`; `rendezvous` sets both (local port =
@@ -22,6 +23,11 @@ RTMP: the path is `/<app>/<stream key>`, as OBS and ffmpeg write it; the port de
 1935 (`rtmp`) or 443 (`rtmps`). A stream key is a secret: no usage error repeats it (they
 name the URL up to the app).
 
+RTSP: the URL is the camera's; `user:pass@` moves to `username`/`password` (percent-decoded),
+and the query keys `transport`, `timeout_secs` and `reconnect_delay_secs` are taken out of the
+URL (every other query key is the camera's and stays in `rtsp_url`). No usage error repeats
+the password.
+
 Pure functions, no I/O: the values are checked again by the pydantic model.
 """
 
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from cli.errors import UsageError
 
@@ -163,6 +169,24 @@ def _srt_fields(url: str, option: str, allowed: Mapping[str, tuple[str, str]]) -
     return srt
 
 
+def _rtsp_fields(url: str, option: str, allowed: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+    """The fields of an `rtsp[s]://[user:pass@]host[:port]/path[?query]` camera URL."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    shown = f"{parts.scheme}://{host}{parts.path}"
+    if not parts.hostname:
+        raise UsageError(f"{option} {shown!r}: the URL has no camera host", hint=f"e.g. {option} rtsp://10.0.0.5/stream1")
+    ours = "&".join(f"{k}={v}" for k, v in parse_qsl(parts.query, keep_blank_values=True) if k in allowed)
+    theirs = "&".join(p for p in parts.query.split("&") if p and p.split("=", 1)[0] not in allowed)
+    fields = _query(f"{shown}?{ours}", option, allowed)
+    fields["rtsp_url"] = shown + (f"?{theirs}" if theirs else "")
+    if parts.username is not None:
+        fields["username"] = unquote(parts.username)
+    if parts.password is not None:
+        fields["password"] = unquote(parts.password)
+    return fields
+
+
 def _kind_of(url: str, option: str, kinds: Any, example: str) -> tuple[str, Any]:
     """(scheme, kind) of a URL whose scheme names a kind of the registry; else a usage error."""
     scheme = urlsplit(url).scheme.lower()
@@ -177,13 +201,16 @@ def _kind_of(url: str, option: str, kinds: Any, example: str) -> tuple[str, Any]
 
 
 def parse_input(url: str, option: str = "--input") -> dict[str, Any]:
-    """The input object for a URL whose scheme names an input kind (`rtp://`, `udp://`, `srt://`, `rtmp[s]://`)."""
+    """The input object for a URL whose scheme names an input kind (`rtp://`, `udp://`, `srt://`,
+    `rtmp[s]://`, `rtsp[s]://`)."""
     scheme, kind = _kind_of(url, option, _registry().INPUT_KINDS, "rtp://0.0.0.0:5000")
     if scheme == "srt":
         return {"type": kind.type, **_srt_fields(url, option, kind.url_query)}
     if kind.type == "rtmp":
         fields, shown = _rtmp_fields(url, option, listener=True)
         return {"type": kind.type, **fields, **_query(shown + "?" + urlsplit(url).query, option, kind.url_query)}
+    if kind.type == "rtsp":
+        return {"type": kind.type, **_rtsp_fields(url, option, kind.url_query)}
     _, addr, _ = _address(url, option, default_host="0.0.0.0")
     return {"type": kind.type, "bind_addr": addr, **_query(url, option, kind.url_query)}
 

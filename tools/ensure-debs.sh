@@ -6,6 +6,8 @@ packages=(
   libsrt1.5-openssl libsrt-openssl-dev srt-tools   # SRT: the library we bind and its reference peer
   ffmpeg                                             # test streams, ffprobe, prompeg FEC peer
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+  gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-x  # x264enc, avenc_aac, timeoverlay: the RTSP test camera
+  gir1.2-gst-rtsp-server-1.0 gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 python3-gi  # gst-rtsp-server from python3-gi
   chromium                                           # the setup wizard test (driven by playwright)
   tmux                                               # drives `mp stats --watch` in a real terminal
   iproute2                                           # network namespaces for multicast tests

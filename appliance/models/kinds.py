@@ -310,7 +310,22 @@ INPUT_KINDS: Final[dict[str, KindInfo]] = {
             {"max_publishers": ("max_publishers", Q_INT)},
             url_tls_scheme="rtmps",
         ),
-        KindInfo("rtsp", "input", RtspInput, "RTSP camera pull", "rtsp", vendor_transport("rtsp"), EventCategory.RTSP),
+        KindInfo(
+            "rtsp",
+            "input",
+            RtspInput,
+            "RTSP camera pull",
+            "rtsp",
+            vendor_transport("rtsp"),
+            EventCategory.RTSP,
+            url_scheme="rtsp",
+            url_query={
+                "transport": ("transport", Q_STR),
+                "timeout_secs": ("timeout_secs", Q_INT),
+                "reconnect_delay_secs": ("reconnect_delay_secs", Q_INT),
+            },
+            url_tls_scheme="rtsps",
+        ),
         KindInfo("webrtc", "input", WebrtcInput, "WHIP server", "webrtc", NMOS_WEBSOCKET, EventCategory.WEBRTC),
         KindInfo("whep", "input", WhepInput, "WHEP client", "whep", NMOS_WEBSOCKET, EventCategory.WEBRTC),
     )

@@ -44,6 +44,19 @@ class SrtLegStats(_Stats):
     uptime_ms: int = 0
 
 
+class RtspStats(_Stats):
+    """An ``rtsp`` input's session, beside the TS counters (the camera side of the flow)."""
+
+    transport: str = "tcp"  # what the session runs over: ``tcp`` (interleaved) or ``udp``
+    video_codec: str | None = None  # ``h264``/``hevc`` of the chosen video track
+    audio_codec: str | None = None  # ``aac`` of the chosen audio track
+    rtp_packets: int = 0  # RTP packets received from the camera (every session)
+    rtp_lost: int = 0  # RTP sequence gaps (also in the input's ``packets_lost``)
+    units_dropped: int = 0  # access units dropped because a packet of them was lost
+    connections: int = 0  # sessions that reached PLAY
+    last_error: str | None = None  # why the last session ended or failed (no credentials in it)
+
+
 class InputStats(_Stats):
     input_type: str
     state: str = "idle"
@@ -56,7 +69,8 @@ class InputStats(_Stats):
     redundancy_switches: int = 0
     srt_stats: SrtLegStats | None = None
     srt_leg2_stats: SrtLegStats | None = None
-    peer_addr: str | None = None  # an rtmp input's active publisher (``host:port``), else null
+    peer_addr: str | None = None  # an rtmp input's active publisher, an rtsp input's server (``host:port``)
+    rtsp_stats: RtspStats | None = None  # an rtsp input's session
 
 
 class OutputStats(_Stats):
@@ -234,7 +248,8 @@ class InputCounters(_Stats):
     redundancy: RedundancyCounters | None = None
     srt_stats: SrtLegStats | None = None
     srt_leg2_stats: SrtLegStats | None = None
-    peer_addr: str | None = None  # an rtmp input's active publisher (host:port)
+    peer_addr: str | None = None  # an rtmp input's active publisher, an rtsp input's server (host:port)
+    rtsp_stats: RtspStats | None = None  # an rtsp input's session
 
 
 class OutputCounters(_Stats):

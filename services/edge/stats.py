@@ -156,6 +156,7 @@ class StatsAggregator:
             srt_stats=inp.srt_stats,
             srt_leg2_stats=inp.srt_leg2_stats,
             peer_addr=inp.peer_addr,
+            rtsp_stats=inp.rtsp_stats,
         )
         running_outputs = {o.output_id: o for o in counters.outputs}
         outputs = []

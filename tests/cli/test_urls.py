@@ -76,6 +76,18 @@ INPUTS = [
             "max_publishers": 2,
         },
     ),
+    (
+        "rtsp://adm%40in:p%3Ass@10.0.0.5:8554/Streaming/Channels/101?channel=1&transport=udp&timeout_secs=5",
+        {
+            "type": "rtsp",
+            "rtsp_url": "rtsp://10.0.0.5:8554/Streaming/Channels/101?channel=1",
+            "username": "adm@in",
+            "password": "p:ss",
+            "transport": "udp",
+            "timeout_secs": 5,
+        },
+    ),
+    ("rtsps://cam.example.net/live", {"type": "rtsp", "rtsp_url": "rtsps://cam.example.net/live"}),
 ]
 
 OUTPUTS = [
@@ -223,3 +235,16 @@ def test_validation_lines_name_the_field_and_never_echo_the_value() -> None:
     assert any(line.startswith("name: ") for line in lines)
     assert any(line.startswith("input.passphrase: ") for line in lines)
     assert not any("short" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("rtsp://admin:s3cret-pw@/stream", "has no camera host"),
+        ("rtsp://admin:s3cret-pw@cam/stream?timeout_secs=soon", "whole number"),
+    ],
+)
+def test_bad_rtsp_urls_never_repeat_the_password(url: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message) as info:
+        parse_input(url)
+    assert "s3cret-pw" not in str(info.value) and "s3cret-pw" not in str(info.value.hint or "")

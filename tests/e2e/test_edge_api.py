@@ -165,7 +165,7 @@ def test_flow_crud(api: httpx.Client) -> None:
 
 
 def test_unsupported_kinds_are_refused_clearly(api: httpx.Client) -> None:
-    flow = {"id": "rtsp1", "name": "RTSP", "input": {"type": "rtsp", "rtsp_url": "rtsp://127.0.0.1/cam"}, "outputs": []}
+    flow = {"id": "whip1", "name": "WHIP", "input": {"type": "webrtc"}, "outputs": []}
     assert_error(api.post("/api/v1/flows", json=flow), 400, "not supported")
 
 

@@ -506,18 +506,21 @@ class FlowRuntime:
             redundancy = (redundancy or RedundancyCounters()).model_copy(
                 update={"payload_merge": PayloadMergeCounters(received=list(pm.received), redundant=pm.redundant)}
             )
+        extra = self.input.extra_counters()
+        # An input that takes RTP in itself (rtsp) reports the losses it saw there.
+        lost_upstream = int(extra.pop("packets_lost", 0))
         inp = InputCounters(
             state=self.input.state(now_monotonic),
             packets_received=self.packets_received,
             bytes_received=self.bytes_received,
-            packets_lost=self.sequence.lost,
+            packets_lost=self.sequence.lost + lost_upstream,
             packets_filtered=self.packets_filtered,
             packets_recovered_fec=decoder.counters.recovered if decoder is not None else 0,
             redundancy_switches=switches,
             payload_format="rtp_ts" if self.payload_format == "rtp_ts" else "raw_ts",
             fec=fec,
             redundancy=redundancy,
-            **self.input.extra_counters(),
+            **extra,
         )
         analysis = AnalysisCounters.model_validate(self.analysis.snapshot(now_monotonic))
         failed = self.analysis.internal_errors - self._analysis_errors_seen

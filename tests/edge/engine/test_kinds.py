@@ -58,13 +58,11 @@ def test_interop_labels_and_transports() -> None:
 
 
 def test_every_driver_has_a_declared_kind_and_the_rest_answer_400() -> None:
-    assert set(INPUT_DRIVERS) == {"rtp", "udp", "srt", "rtmp"} <= set(INPUT_KINDS)
-    assert set(OUTPUT_DRIVERS) == {"rtp", "udp", "srt", "rtmp"} <= set(OUTPUT_KINDS)
-    rtsp = FlowConfig.model_validate(
-        {"id": "f", "name": "F", "input": {"type": "rtsp", "rtsp_url": "rtsp://192.0.2.1/cam"}}
-    )
-    with pytest.raises(errors.InvalidInput, match="input type 'rtsp' is not supported"):
-        check_supported(rtsp)
+    assert set(INPUT_DRIVERS) == {"rtp", "udp", "srt", "rtmp", "rtsp"} <= set(INPUT_KINDS)
+    assert set(OUTPUT_DRIVERS) == {"rtp", "udp", "srt", "rtmp", "hls"} <= set(OUTPUT_KINDS)
+    whip = FlowConfig.model_validate({"id": "f", "name": "F", "input": {"type": "webrtc"}})
+    with pytest.raises(errors.InvalidInput, match="input type 'webrtc' is not supported"):
+        check_supported(whip)
 
 
 def test_union_tags_stay_out_of_error_paths() -> None:

@@ -66,7 +66,8 @@ class InputDriver(Protocol):
         """``listening``, ``receiving``, ``waiting``, or a connection state (``connected``...)."""
 
     def extra_counters(self) -> dict[str, Any]:
-        """This kind's own ``InputCounters`` fields (``srt_stats``...), or ``{}``."""
+        """This kind's own ``InputCounters`` fields (``srt_stats``...), or ``{}``; a ``packets_lost``
+        here (RTP lost before the TS, as an rtsp input sees it) is added to the flow's own."""
 
     def close(self) -> None:
         """Release every socket (idempotent)."""
