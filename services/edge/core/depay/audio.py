@@ -129,6 +129,7 @@ class AacHbrDepacketizer(_AacBase):
             raise ValueError(f"fmtp config={params.get('config')!r} is not a valid AudioSpecificConfig")
         super().__init__(config, clock_rate)
         self._frag: bytearray | None = None  # a fragmented access unit in progress
+        self._lost_ts: int | None = None  # timestamp of a fragmented unit being dropped
         self._frag_size = 0
         self._frag_ts = 0
 
@@ -139,6 +140,9 @@ class AacHbrDepacketizer(_AacBase):
         data = bytes(payload)
         if self._frag is not None and (gap or timestamp != self._frag_ts):
             self._drop_fragment()
+        if timestamp == self._lost_ts:
+            return []  # the rest of a fragmented unit already dropped
+        self._lost_ts = None
         sizes = self._au_sizes(data)
         if sizes is None:
             self.stats.bad_packets += 1
@@ -184,6 +188,7 @@ class AacHbrDepacketizer(_AacBase):
 
     def _drop_fragment(self) -> None:
         self._frag = None
+        self._lost_ts = self._frag_ts
         self.stats.lost_units += 1
 
     def _end_fragment(self, out: list[Frame]) -> None:
@@ -313,6 +318,7 @@ class LatmDepacketizer(_AacBase):
         super().__init__(config, clock_rate)
         self._buf = bytearray()
         self._ts: int | None = None
+        self._lost_ts: int | None = None
         self._broken = False
 
     def push(self, seq: int, timestamp: int, marker: bool, payload: bytes | memoryview) -> list[Frame]:
@@ -321,7 +327,13 @@ class LatmDepacketizer(_AacBase):
         timestamp &= 0xFFFFFFFF
         out: list[Frame] = []
         if self._ts is not None and (gap or timestamp != self._ts):
+            self._lost_ts = self._ts
             self._drop()  # a fragmented element lost its tail (or a middle packet)
+        if timestamp == self._lost_ts:  # the rest of a dropped element
+            if marker:
+                self._lost_ts = None
+            return out
+        self._lost_ts = None
         self._ts = timestamp
         self._buf += payload
         if len(self._buf) > MAX_LATM_BYTES:

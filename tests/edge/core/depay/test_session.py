@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from services.edge.core.depay import MediaSession, TrackSpec
 from services.edge.core.mux import TsDemuxer
@@ -238,3 +240,27 @@ def test_begin_chooses_the_first_usable_track_of_each_kind(h264: Source) -> None
     session = new_session()
     assert session.begin(tracks, 0.0) == [7, 8]
     assert session.stats.ignored_tracks == 4
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_loss_duplication_and_reordering_keep_the_output_sound(h264: Source, data: st.DataObject) -> None:
+    packets = Stream(h264).packets()
+    n = len(packets)
+    drops = data.draw(st.sets(st.integers(0, n - 1), max_size=8))
+    dups = data.draw(st.sets(st.integers(0, n - 1), max_size=5))
+    swaps = data.draw(st.sets(st.integers(0, n - 2), max_size=5))
+    for i in sorted(swaps):
+        packets[i], packets[i + 1] = packets[i + 1], packets[i]
+    mangled: list[Packet] = []
+    for i, p in enumerate(packets):
+        if i not in drops:
+            mangled += [p, p] if i in dups else [p]
+    session = new_session()
+    session.begin(Stream(h264).tracks(), 0.0)
+    out = run(session, mangled)
+    video, audio, d = demux(out)
+    assert d.stats.cc_errors == 0
+    check_timing(video, audio)
+    assert session.stats.rtp_duplicates >= len(dups - drops) - len(swaps) * 2
+    assert session.stats.units_video + session.stats.units_dropped <= len(h264.video) + 1
