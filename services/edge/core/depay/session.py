@@ -20,8 +20,9 @@ anchored at its first packet: its 90 kHz time is the arrival time since :meth:`b
 base (``TIMESTAMP_BASE``, 1 s, at the first session, so that the first PCR = DTS - 700 ms is not
 negative; on a reconnect, just after the last timestamp the previous session muxed, so the
 output clock neither jumps back nor stalls). Once both tracks have had an RTCP sender report
-(RFC 3550 §6.4.1), the track anchored second is re-anchored on the first through the SRs' NTP
-<-> RTP mappings (lip sync); a change under 5 ms is ignored. A new SSRC on a track (the camera
+(RFC 3550 §6.4.1), the audio track is re-anchored on the video track through the SRs' NTP
+<-> RTP mappings (lip sync; audio frames that the correction puts before the last one muxed are
+dropped, counted in ``units.stats.late_units``); a change under 5 ms is ignored. A new SSRC on a track (the camera
 restarted its stream) re-anchors that track after the last unit it gave.
 
 **DTS.** RTP timestamps are presentation times. With B-frames (a picture with a PTS below an
@@ -153,7 +154,6 @@ class _Track:
     first_ext: int = 0
     last_ext: int | None = None
     offset90: int | None = None  # 90 kHz time of first_ext
-    anchored_at: int = 0  # order of anchoring (lip sync re-anchors the later one)
     last_pts: int | None = None
     sr: SenderReport | None = None
     seen_lost: int = 0
@@ -184,7 +184,6 @@ class MediaSession:
         self._outbox: list[bytes] = []
         self._start = 0.0
         self._base = TIMESTAMP_BASE
-        self._anchors = 0
         self._max_pts: int | None = None
 
     # ------------------------------------------------------------------ public API
@@ -222,7 +221,6 @@ class MediaSession:
         if self._max_pts is not None:
             self._base = self._max_pts + RECONNECT_GAP
         self._start = arrival
-        self._anchors = 0
         self._tracks = {t.spec.index: t for t in chosen.values()}
         video = chosen.get("video")
         audio = chosen.get("audio")
@@ -355,8 +353,6 @@ class MediaSession:
 
     def _anchor(self, track: _Track, ext: int, arrival: float) -> None:
         track.first_ext = ext
-        self._anchors += 1
-        track.anchored_at = self._anchors
         if track.last_pts is not None:  # re-anchored after an SSRC change
             track.offset90 = track.last_pts + RECONNECT_GAP
             return
@@ -364,11 +360,13 @@ class MediaSession:
         self._sync()
 
     def _sync(self) -> None:
-        """Lip sync (RFC 3550 §6.4.1): align the later-anchored track on the other through the SRs."""
+        """Lip sync (RFC 3550 §6.4.1): align the audio track on the video track through the SRs."""
         tracks = [t for t in self._tracks.values() if t.offset90 is not None and t.sr is not None]
         if len(tracks) != 2:
             return
-        ref, other = sorted(tracks, key=lambda t: t.anchored_at)
+        # the audio moves onto the video's clock: shifting audio drops or skips a few frames at
+        # worst, shifting video would cost reference pictures
+        ref, other = sorted(tracks, key=lambda t: t.kind != "video")
         assert ref.sr is not None and other.sr is not None
         other_ext = other.unwrap(other.sr.rtp_timestamp)
         ref_ext = ref.unwrap(ref.sr.rtp_timestamp)

@@ -66,6 +66,7 @@ HEVC_AP: Final = 48
 HEVC_FU: Final = 49
 HEVC_PACI: Final = 50
 MAX_CARRIED_NALS: Final = 32  # non-slice NAL units carried to the next access unit
+MAX_CARRIED_BYTES: Final = 1 << 20  # ... and their bytes
 
 
 def decode_sprop(value: str | None) -> list[bytes]:
@@ -207,7 +208,10 @@ class _NalDepacketizer:
         types = [nal_type(codec, nal) for nal in nals]
         if not any(is_vcl(codec, t) for t in types):
             # parameter sets / SEI alone (some cameras send them under their own timestamp)
-            self._carry = (self._carry + nals)[-MAX_CARRIED_NALS:]
+            carry = (self._carry + nals)[-MAX_CARRIED_NALS:]
+            while sum(len(n) for n in carry) > MAX_CARRIED_BYTES:
+                carry.pop(0)
+            self._carry = carry
             return
         if self._carry:
             nals = self._carry + nals

@@ -47,3 +47,7 @@ __all__ = [
     "parse_avcc",
     "parse_hvcc",
 ]
+
+from .from_units import UnitsToTs, UnitsToTsStats  # appended: the live-source front of TsMuxer
+
+__all__ += ["UnitsToTs", "UnitsToTsStats"]

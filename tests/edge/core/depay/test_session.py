@@ -264,3 +264,52 @@ def test_loss_duplication_and_reordering_keep_the_output_sound(h264: Source, dat
     check_timing(video, audio)
     assert session.stats.rtp_duplicates >= len(dups - drops) - len(swaps) * 2
     assert session.stats.units_video + session.stats.units_dropped <= len(h264.video) + 1
+
+
+def test_sender_reports_arriving_mid_stream_move_the_audio(h264: Source) -> None:
+    stream = Stream(h264, audio_delay=0.4)
+    packets = stream.packets()
+    session = new_session()
+    session.begin(stream.tracks(), 0.0)
+    half = len(packets) // 2
+    out = run(session, packets[:half], flush=False)
+    t0 = 3_900_000_000.0
+    session.on_rtcp(0, sender_report(stream.ssrc[0], t0 + 1.0, stream.video_ts0 + 90_000), 1.0)
+    session.on_rtcp(1, sender_report(stream.ssrc[1], t0 + 0.5, stream.audio_ts0 + 24_000), 1.0)
+    out += run(session, packets[half:])
+    video, audio, d = demux(out)
+    assert d.stats.cc_errors == 0
+    check_timing(video, audio)
+    # after the correction the last units are in sync; audio that fell behind was dropped, counted
+    shift = (audio[-1].pts - h264.audio[-1].pts) - (video[-1].pts - h264.video[-1].pts)
+    assert abs(shift) <= 3_600
+    assert session.units.stats.late_units > 0
+
+
+def test_a_new_ssrc_restarts_the_track_clock_without_going_back(h264: Source, tmp_path: Path) -> None:
+    first = Stream(h264)
+    second = Stream(h264, video_ts0=77, audio_ts0=88, video_seq0=1, audio_seq0=2, ssrc=(0xAA, 0xBB))
+    session = new_session()
+    session.begin(first.tracks(), 0.0)
+    out = run(session, first.packets(), flush=False)
+    out += run(session, [Packet(p.track, p.data, p.arrival + 2.5, p.seq, p.media) for p in second.packets()])
+    assert session.stats.ssrc_changes == 2
+    video, audio, d = demux(out)
+    assert d.stats.cc_errors == 0
+    check_timing(video, audio)
+    assert len(video) == 2 * len(h264.video)
+    path = tmp_path / "ssrc.ts"
+    path.write_bytes(b"".join(out))
+    assert decode_errors(path) == ""
+
+
+def test_rtp_info_sets_the_first_expected_sequence_number(h264: Source) -> None:
+    stream = Stream(h264, video_seq0=500)
+    session = new_session()
+    session.begin(stream.tracks(), 0.0)
+    session.set_rtp_info(0, 498, stream.video_ts0)
+    session.set_rtp_info(1, None, None)
+    run(session, stream.packets())
+    assert session.stats.rtp_lost == 2  # 498 and 499 never came
+    reports = session.receiver_reports(5.0)
+    assert set(reports) == {0, 1} and all(len(r) % 4 == 0 for r in reports.values())
