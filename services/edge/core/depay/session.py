@@ -9,10 +9,13 @@ and chooses the first usable video track (H.264, H.265) and the first usable aud
 as ``mpeg4-generic`` or ``MP4A-LATM``); the driver sets up only those. Other tracks, and tracks
 of a handled codec with unusable parameters, are ignored and counted (``ignored_tracks``).
 
-**Packets.** Each RTP packet is parsed (:func:`~..rtp.parse_rtp`), counted (RFC 3550 §A.1:
-gaps, duplicates, late packets; no reorder buffer: a late packet is dropped, which costs its
-access unit like a loss), fed to the RTCP :class:`~.rtcp.ReceptionStats` and to the track's
-depacketiser, whose frames become :class:`~..mux.units.AccessUnit` objects for
+**Packets.** Each RTP packet is parsed (:func:`~..rtp.parse_rtp`), fed to the RTCP
+:class:`~.rtcp.ReceptionStats`, and put in order: behind a sequence gap up to
+``REORDER_PACKETS`` packets are held waiting for the missing one (reordering is repaired,
+``rtp_reordered``); past that the missing packets are given up (``rtp_lost``; one that arrives
+later is dropped as too late), duplicates are dropped (``rtp_duplicates``), and a jump of
+``MAX_DROPOUT`` or more resynchronises. In order, packets go to the track's depacketiser, whose
+frames become :class:`~..mux.units.AccessUnit` objects for
 :class:`~..mux.from_units.UnitsToTs` (program choice, DTS-ordered interleaving, the muxer).
 
 **Timing.** RTP timestamps are unwrapped (32 bits) and scaled to 90 kHz. Each track's clock is
@@ -52,6 +55,7 @@ from .factory import make_depacketizer
 from .rtcp import MAX_DROPOUT, ReceptionStats, SenderReport, build_receiver_report, parse_rtcp
 
 DTS_WINDOW: Final = 4  # pictures held to derive DTS with B-frames
+REORDER_PACKETS: Final = 8  # packets held behind a sequence gap, waiting for the missing one
 RECONNECT_GAP: Final = 9_000  # 100 ms between the last unit of a session and the next session
 SYNC_THRESHOLD: Final = 450  # 5 ms: a smaller lip sync correction is not applied
 _MAX_CARRY_FRAMES: Final = 64
@@ -150,7 +154,9 @@ class _Track:
     codec: Codec
     reception: ReceptionStats
     ssrc: int | None = None
-    highest_seq: int | None = None
+    highest_seq: int | None = None  # the last sequence number delivered to the depacketiser
+    held: dict[int, tuple[int, bool, bytes, float]] = field(default_factory=dict)  # reorder buffer
+    skipped: deque[int] = field(default_factory=lambda: deque(maxlen=64))  # given up as lost
     first_ext: int = 0
     last_ext: int | None = None
     offset90: int | None = None  # 90 kHz time of first_ext
@@ -258,29 +264,63 @@ class MediaSession:
                 self.stats.ssrc_changes += 1
                 self._restart_track(track)
             track.ssrc = header.ssrc
-        if track.highest_seq is not None:
-            d = seq_delta(seq, track.highest_seq)
-            if d == 0:
-                self.stats.rtp_duplicates += 1
-                return self._count(out)
-            if d < 0:
-                self.stats.rtp_reordered += 1  # too late: its unit is already gone (or will be)
-                return self._count(out)
-            if d < MAX_DROPOUT:
-                self.stats.rtp_lost += d - 1
-        track.highest_seq = seq
         track.reception.on_rtp(seq, header.timestamp, arrival, header.ssrc)
-        ext = track.unwrap(header.timestamp)
+        if track.highest_seq is None:
+            track.highest_seq = (seq - 1) & 0xFFFF
+        d = seq_delta(seq, track.highest_seq)
+        if d <= 0 or seq in track.held:
+            if seq in track.skipped:
+                self.stats.rtp_reordered += 1  # too late: its unit is already gone
+            else:
+                self.stats.rtp_duplicates += 1
+            return self._count(out)
+        if d >= MAX_DROPOUT:  # a jump (RFC 3550 §A.1): what is held came before it, then resync
+            out += self._release(track, force=True)
+            track.highest_seq = (seq - 1) & 0xFFFF
+        elif d == 1 and track.held:
+            self.stats.rtp_reordered += 1  # the packet a later one was waiting for
+        payload = bytes(memoryview(data)[header.payload_offset : header.payload_end])
+        track.held[seq] = (header.timestamp, header.marker, payload, arrival)
+        out += self._release(track)
+        return self._count(out)
+
+    def _release(self, track: _Track, *, force: bool = False) -> list[bytes]:
+        """Deliver the held packets that are next in sequence; past ``REORDER_PACKETS`` held (or
+        with ``force``) the missing ones are given up as lost."""
+        out: list[bytes] = []
+        held = track.held
+        while held:
+            assert track.highest_seq is not None
+            nxt = (track.highest_seq + 1) & 0xFFFF
+            packet = held.pop(nxt, None)
+            if packet is not None:
+                track.highest_seq = nxt
+                out += self._deliver(track, nxt, *packet)
+                continue
+            if not force and len(held) <= REORDER_PACKETS:
+                break
+            base = track.highest_seq
+            lowest = min(held, key=lambda s: seq_delta(s, base))
+            missing = seq_delta(lowest, base) - 1
+            self.stats.rtp_lost += missing
+            track.skipped.extend((base + 1 + i) & 0xFFFF for i in range(min(missing, 64)))
+            track.highest_seq = (lowest - 1) & 0xFFFF
+        return out
+
+    def _deliver(
+        self, track: _Track, seq: int, timestamp: int, marker: bool, payload: bytes, arrival: float
+    ) -> list[bytes]:
+        """One packet, in sequence order, to the track's depacketiser."""
+        ext = track.unwrap(timestamp)
         track.last_ext = ext
         if track.offset90 is None:
             self._anchor(track, ext, arrival)
-        frames = track.depay.push(
-            seq, header.timestamp, header.marker, memoryview(data)[header.payload_offset : header.payload_end]
-        )
+        frames = track.depay.push(seq, timestamp, marker, payload)
         self._note_depay(track)
+        out: list[bytes] = []
         for frame in frames:
             out += self._frame(track, frame)
-        return self._count(out)
+        return out
 
     def on_rtcp(self, track_index: int, data: bytes | memoryview, arrival: float) -> None:
         """An RTCP compound packet from the server: sender reports feed the lip sync."""
@@ -331,6 +371,7 @@ class MediaSession:
     def _end_tracks(self) -> None:
         """Finish the current tracks: their pending frames and held pictures go to the muxer."""
         for track in self._tracks.values():
+            self._outbox += self._release(track, force=True)
             for frame in track.depay.flush():
                 self._outbox += self._frame(track, frame)
             self._note_depay(track)
@@ -340,6 +381,7 @@ class MediaSession:
 
     def _restart_track(self, track: _Track) -> None:
         """A new SSRC: the track's clock starts over after its last unit."""
+        self._outbox += self._release(track, force=True)
         for frame in track.depay.flush():
             self._outbox += self._frame(track, frame)
         if track.kind == "video":
