@@ -45,6 +45,7 @@ class ReportBlock:
     dlsr: int  # delay since that SR, 1/65536 s
 
     def pack(self) -> bytes:
+        """The 24-byte wire form (§6.4.1); the cumulative loss clamped to 24 signed bits."""
         lost = max(-0x800000, min(0x7FFFFF, self.cumulative_lost)) & 0xFFFFFF
         return _BLOCK.pack(
             self.ssrc & 0xFFFFFFFF,
@@ -265,6 +266,7 @@ class ReceptionStats:
 
     @property
     def expected(self) -> int:
+        """Packets expected so far (§A.3)."""
         return self.extended_highest - self.base_seq + 1 if self.received else 0
 
     @property

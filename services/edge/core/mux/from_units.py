@@ -19,9 +19,11 @@ muxed DTS of its stream is dropped (``late_units``): the output clock never runs
 
 **Sessions.** The muxer (and its continuity counters) survives a new :meth:`begin` (a
 reconnect): when the new session expects the same codecs the program goes on; when they
-differ a new muxer takes over at the next start, its PAT/PMT version numbers one higher and its
-continuity counters carried on. The caller keeps the timestamps of a new session after those
-of the old one (:attr:`last_dts` tells where the old one ended).
+differ a new muxer takes over at the next start, with PAT/PMT version numbers one higher and
+the continuity counters carried on. A changed video codec also moves to another PID (the
+template's PID plus 0x10, and back on the next change): demuxers, ffmpeg's among them, keep
+the decoder of a PID whose stream_type changes. The caller keeps the timestamps of a new
+session after those of the old one (:attr:`last_dts` tells where the old one ended).
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class UnitsToTs:
         self._seen_keyframe = False
         self._last: dict[StreamKind, int] = {}
         self._version = 0
+        self._last_video: tuple[int, VideoCodec] | None = None  # (PID, codec) of the last video stream
         self.last_dts: int | None = None  # highest DTS muxed (90 kHz, unwrapped)
 
     # ------------------------------------------------------------------ public API
@@ -182,7 +185,10 @@ class UnitsToTs:
         if self._muxer is not None and program == self.program:
             return  # same codecs on a new session: the program goes on
         t = self._template
-        config = replace(t, video_codec=video, audio_codec=audio)
+        video_pid = self._video_pid(video)
+        config = replace(t, video_codec=video, audio_codec=audio, video_pid=video_pid)
+        if video is not None:
+            self._last_video = (video_pid, video)
         muxer = TsMuxer(config)
         if self._muxer is not None:
             # ISO/IEC 13818-1 §2.4.4.5 / §2.4.4.9: a changed PAT/PMT takes a new version_number;
@@ -194,6 +200,18 @@ class UnitsToTs:
         self._muxer = muxer
         self.program = program
         self.stats.programs += 1
+
+    def _video_pid(self, video: VideoCodec | None) -> int:
+        """The template's video PID, or another one when the video codec changed: demuxers
+        (ffmpeg's among them) keep the decoder of a PID whose stream_type changes."""
+        t = self._template
+        if self._last_video is None or video is None:
+            return self._last_video[0] if self._last_video is not None else t.video_pid
+        pid, codec = self._last_video
+        if codec == video:
+            return pid
+        taken = {pid, t.audio_pid, t.pmt_pid}
+        return next(p for p in (t.video_pid, t.video_pid + 0x10, t.video_pid + 0x20) if p not in taken)
 
     def _interleave(self, *, final: bool) -> bytearray:
         muxer = self._muxer

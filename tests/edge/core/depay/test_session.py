@@ -150,9 +150,8 @@ def test_lost_fu_a_fragment_drops_exactly_its_unit(h264: Source, tmp_path: Path)
 def test_reconnect_keeps_timestamps_monotonic_and_counters_continuous(h264: Source, tmp_path: Path) -> None:
     session = new_session()
     first = Stream(h264, video_ts0=0x7FFFFFF0, audio_ts0=0x10000)
-    out = run(session, first.packets()[:0], flush=False)
     session.begin(first.tracks(), 100.0)
-    out += run(
+    out = run(
         session, [Packet(p.track, p.data, p.arrival + 100.0, p.seq, p.media) for p in first.packets()], flush=False
     )
     # the camera restarts: RTP timestamps and sequence numbers start again at lower values
@@ -169,7 +168,7 @@ def test_reconnect_keeps_timestamps_monotonic_and_counters_continuous(h264: Sour
     assert decode_errors(path) == ""
 
 
-def test_codec_change_on_reconnect_makes_a_new_program_version(h264: Source, hevc: Source) -> None:
+def test_codec_change_on_reconnect_makes_a_new_program_version(h264: Source, hevc: Source, tmp_path: Path) -> None:
     session = new_session()
     a = Stream(h264)
     session.begin(a.tracks(), 0.0)
@@ -182,6 +181,10 @@ def test_codec_change_on_reconnect_makes_a_new_program_version(h264: Source, hev
     assert {u.codec for u in video} == {"h264", "hevc"}
     assert session.units.stats.programs == 2
     check_timing(video, audio)
+    path = tmp_path / "change.ts"
+    path.write_bytes(b"".join(out))
+    assert decode_errors(path) == ""  # the HEVC stream is on a new PID: a new decoder
+    assert d.stats.pmt_changes == 1
 
 
 def sender_report(ssrc: int, ntp_seconds: float, rtp_ts: int) -> bytes:
@@ -332,4 +335,20 @@ def test_reordered_and_duplicated_packets_are_repaired(h264: Source, tmp_path: P
     assert st.units_video == len(h264.video)
     path = tmp_path / "reorder.ts"
     path.write_bytes(b"".join(out))
+    assert decode_errors(path) == ""
+
+
+@pytest.mark.parametrize("only", ["video", "audio"])
+def test_single_track_sessions(only: str, h264: Source, tmp_path: Path) -> None:
+    stream = Stream(h264)
+    index = 0 if only == "video" else 1
+    session = new_session()
+    assert session.begin([stream.tracks()[index]], 0.0) == [index]
+    out = run(session, [p for p in stream.packets() if p.track == index])
+    path = tmp_path / "single.ts"
+    path.write_bytes(b"".join(out))
+    streams = probe(path)
+    assert set(streams) == {only}
+    expected = len(h264.video) if only == "video" else len(h264.audio)
+    assert int(str(streams[only]["nb_read_frames"])) == expected
     assert decode_errors(path) == ""
