@@ -26,7 +26,8 @@ output clock neither jumps back nor stalls). Once both tracks have had an RTCP s
 (RFC 3550 §6.4.1), the audio track is re-anchored on the video track through the SRs' NTP
 <-> RTP mappings (lip sync; audio frames that the correction puts before the last one muxed are
 dropped, counted in ``units.stats.late_units``); a change under 5 ms is ignored. A new SSRC on a track (the camera
-restarted its stream) re-anchors that track after the last unit it gave.
+restarted its stream) re-anchors that track after the last unit it gave, and so does an RTP
+timestamp step of more than ``MAX_TIMESTAMP_JUMP`` (10 s) either way under the same SSRC.
 
 **DTS.** RTP timestamps are presentation times. With B-frames (a picture with a PTS below an
 earlier one) the decoding time is derived over a window of ``DTS_WINDOW`` pictures: the i-th
@@ -58,6 +59,7 @@ DTS_WINDOW: Final = 4  # pictures held to derive DTS with B-frames
 REORDER_PACKETS: Final = 8  # packets held behind a sequence gap, waiting for the missing one
 RECONNECT_GAP: Final = 9_000  # 100 ms between the last unit of a session and the next session
 SYNC_THRESHOLD: Final = 450  # 5 ms: a smaller lip sync correction is not applied
+MAX_TIMESTAMP_JUMP: Final = 10  # seconds: an RTP timestamp step larger than this restarts the track clock
 _MAX_CARRY_FRAMES: Final = 64
 
 
@@ -98,6 +100,7 @@ class SessionStats:
     rtcp_packets: int = 0
     sender_reports: int = 0
     ssrc_changes: int = 0
+    clock_jumps: int = 0  # RTP timestamp jumps past MAX_TIMESTAMP_JUMP (the track clock restarted)
     sessions: int = 0
 
 
@@ -158,7 +161,8 @@ class _Track:
     held: dict[int, tuple[int, bool, bytes, float]] = field(default_factory=dict)  # reorder buffer
     skipped: deque[int] = field(default_factory=lambda: deque(maxlen=64))  # given up as lost
     first_ext: int = 0
-    last_ext: int | None = None
+    last_ext: int | None = None  # extended RTP timestamp of the last packet delivered
+    frame_ext: int | None = None  # ... of the last frame timed
     offset90: int | None = None  # 90 kHz time of first_ext
     last_pts: int | None = None
     sr: SenderReport | None = None
@@ -166,12 +170,13 @@ class _Track:
     seen_bad: int = 0
     dts: _DtsDeriver = field(default_factory=_DtsDeriver)
 
-    def unwrap(self, ts: int) -> int:
-        """The extended RTP timestamp nearest the last one (32-bit wrap)."""
-        if self.last_ext is None:
+    def unwrap(self, ts: int, near: int | None = None) -> int:
+        """The extended RTP timestamp nearest ``near`` (default: the last packet's), 32-bit wrap."""
+        ref = self.last_ext if near is None else near
+        if ref is None:
             return ts & 0xFFFFFFFF
-        step = ((ts - self.last_ext + 0x80000000) & 0xFFFFFFFF) - 0x80000000
-        return self.last_ext + step
+        step = ((ts - ref + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+        return ref + step
 
     def to90(self, ext: int) -> int:
         assert self.offset90 is not None
@@ -209,6 +214,8 @@ class MediaSession:
                 found.append(label)
                 continue
             try:
+                if spec.clock_rate <= 0:
+                    raise ValueError(f"RTP clock rate {spec.clock_rate} is not usable")
                 depay = make_depacketizer(spec.encoding, spec.clock_rate, spec.channels, spec.fmtp)
             except ValueError as e:
                 depay = None
@@ -388,7 +395,7 @@ class MediaSession:
             for frame, pts, dts in track.dts.flush():
                 self._outbox += self._unit(track, frame, pts, dts)
         track.highest_seq = None
-        track.last_ext = None
+        track.last_ext = track.frame_ext = None
         track.offset90 = None
         track.sr = None
         track.reception = ReceptionStats(track.spec.clock_rate)
@@ -423,13 +430,23 @@ class MediaSession:
     def _frame(self, track: _Track, frame: Frame) -> list[bytes]:
         if track.offset90 is None:
             return []
-        ext = track.unwrap(frame.timestamp)
+        out: list[bytes] = []
+        ext = track.unwrap(frame.timestamp, track.frame_ext)
+        if track.frame_ext is not None and abs(ext - track.frame_ext) > MAX_TIMESTAMP_JUMP * track.spec.clock_rate:
+            # the RTP clock jumped (a camera restarting its stream under the same SSRC): the
+            # track starts over after its last unit instead of jumping (or stalling) the output
+            self.stats.clock_jumps += 1
+            if track.kind == "video":
+                for f, p, d in track.dts.flush():
+                    out += self._unit(track, f, p, d)
+            track.first_ext = ext
+            track.offset90 = (track.last_pts if track.last_pts is not None else self._base) + RECONNECT_GAP
+        track.frame_ext = ext
         pts = track.to90(ext)
         if track.kind == "audio":
             self.stats.units_audio += 1
-            return self._unit(track, frame, pts, pts)
+            return out + self._unit(track, frame, pts, pts)
         self.stats.units_video += 1
-        out: list[bytes] = []
         for f, p, d in track.dts.push(pts, frame):
             out += self._unit(track, f, p, d)
         return out

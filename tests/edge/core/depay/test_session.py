@@ -352,3 +352,30 @@ def test_single_track_sessions(only: str, h264: Source, tmp_path: Path) -> None:
     expected = len(h264.video) if only == "video" else len(h264.audio)
     assert int(str(streams[only]["nb_read_frames"])) == expected
     assert decode_errors(path) == ""
+
+
+def test_an_rtp_clock_jump_under_the_same_ssrc_restarts_the_track_clock(h264: Source, tmp_path: Path) -> None:
+    first = Stream(h264)
+    out_packets = first.packets()
+    second = Stream(h264, video_ts0=5, audio_ts0=0x7FFFF000, video_seq0=first.seq[0], audio_seq0=first.seq[1])
+    out_packets += [Packet(p.track, p.data, p.arrival + 2.1, p.seq, p.media) for p in second.packets()]
+    session = new_session()
+    session.begin(first.tracks(), 0.0)
+    out = run(session, out_packets)
+    assert session.stats.clock_jumps == 2 and session.stats.rtp_lost == 0
+    video, audio, d = demux(out)
+    assert d.stats.cc_errors == 0
+    check_timing(video, audio)
+    assert len(video) == 2 * len(h264.video) and len(audio) == 2 * len(h264.audio)
+    path = tmp_path / "jump.ts"
+    path.write_bytes(b"".join(out))
+    assert decode_errors(path) == ""
+
+
+def test_a_track_with_a_zero_clock_rate_is_not_chosen(h264: Source) -> None:
+    video, audio = Stream(h264).tracks()
+    bad = TrackSpec(0, "video", "H264", 0, None, video.fmtp)
+    session = new_session()
+    assert session.begin([bad, audio], 0.0) == [1]
+    with pytest.raises(ValueError, match="clock rate 0"):
+        session.begin([bad], 0.0)
