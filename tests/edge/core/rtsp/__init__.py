@@ -1,0 +1,1 @@
+"""Tests of the sans-IO RTSP client core (services/edge/core/rtsp)."""
