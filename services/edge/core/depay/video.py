@@ -40,8 +40,10 @@ from typing import Final
 from ..media import h264 as h264_media
 from ..media import hevc as hevc_media
 from ..mux.codec import (
+    H264_NAL_AUD,
     H264_NAL_PPS,
     H264_NAL_SPS,
+    HEVC_NAL_AUD,
     HEVC_NAL_PPS,
     HEVC_NAL_VPS,
     ParameterSetInserter,
@@ -208,13 +210,16 @@ class _NalDepacketizer:
         types = [nal_type(codec, nal) for nal in nals]
         if not any(is_vcl(codec, t) for t in types):
             # parameter sets / SEI alone (some cameras send them under their own timestamp)
-            carry = (self._carry + nals)[-MAX_CARRIED_NALS:]
+            aud = H264_NAL_AUD if codec == "h264" else HEVC_NAL_AUD
+            kept = [n for n, t in zip(nals, types, strict=True) if t != aud]  # one AUD per unit
+            carry = (self._carry + kept)[-MAX_CARRIED_NALS:]
             while sum(len(n) for n in carry) > MAX_CARRIED_BYTES:
                 carry.pop(0)
             self._carry = carry
             return
         if self._carry:
-            nals = self._carry + nals
+            at = 1 if types[0] == (H264_NAL_AUD if codec == "h264" else HEVC_NAL_AUD) else 0
+            nals = [*nals[:at], *self._carry, *nals[at:]]  # after the unit's own AUD
             self._carry = []
             types = [nal_type(codec, nal) for nal in nals]
         keyframe = any(is_vcl(codec, t) and is_random_access(codec, t) for t in types)

@@ -244,3 +244,11 @@ def test_units_to_ts_starts_video_on_a_keyframe_and_interleaves_by_dts() -> None
     assert conv.started
     conv.push(unit("audio", 91_920))
     assert conv.push(unit("audio", 91_000)) == [] and conv.stats.late_units == 1
+
+
+def test_parameter_sets_sent_alone_join_the_next_picture_after_its_aud() -> None:
+    d = H264Depacketizer({"packetization-mode": "1"})
+    aud = b"\x09\xf0"
+    assert d.push(1, 0, True, stap_a(aud, SPS, PPS)) == []  # a unit of its own, marker set
+    frames = d.push(2, 0, False, aud) + d.push(3, 0, True, IDR)
+    assert len(frames) == 1 and types(frames[0].data) == [9, 7, 8, 5]
