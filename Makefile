@@ -18,13 +18,19 @@ venv: $(STAMP)
 debs:
 	bash tools/ensure-debs.sh
 
+## make vendor: pinned npm files (hls.js...) into build/vendor/npm, checked against
+# tools/npm-assets.json (tools/vendor_npm.py; nothing to do when they are already there)
+.PHONY: vendor
+vendor: venv
+	$(PY) -m tools.vendor_npm
+
 ## make man: the man pages mp(1) and mp-edge(1) into build/man, from the CLI definitions
 # (tools/manpages.py); the image build runs it and installs them. Read one: man -l build/man/mp.1
 man: venv
 	$(PY) -m tools.manpages --out build/man
 
 ## make run: the all-in-one local demo (mp-edge on 127.0.0.1:8080 with a demo flow)
-run: debs venv
+run: debs venv vendor
 	$(PY) -m tools.demo
 
 ## make test: installs what the tests need, boots the image under qemu, runs the whole suite
@@ -32,7 +38,7 @@ run: debs venv
 # on real processes and sockets, so the suite takes about half the time (measured: 3.3 min).
 # The image boot test runs first so that pytest's summary is the last line; the Debian check
 # runs again after it because mkosi's backports install can remove packages (chromium).
-test: debs venv
+test: debs venv vendor
 	$(MAKE) image-test-if-space
 	bash tools/ensure-debs.sh
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile

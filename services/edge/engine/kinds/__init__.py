@@ -15,9 +15,11 @@ from appliance import errors
 from appliance.models.config import FlowConfig, OutputConfig
 from appliance.models.kinds import INPUT_KINDS, OUTPUT_KINDS
 from services.edge.engine.kinds.base import FlowPort, InputDriver, OutputDriver
+from services.edge.engine.kinds.hls_output import HlsOutputDriver
 from services.edge.engine.kinds.rtmp import RtmpInputDriver
 from services.edge.engine.kinds.rtmp_output import RtmpOutputDriver
 from services.edge.engine.kinds.rtp import RtpInputDriver
+from services.edge.engine.kinds.rtsp import RtspInputDriver
 from services.edge.engine.kinds.srt import SrtInputDriver, SrtOutputDriver, check_srt_supported
 from services.edge.engine.kinds.udp import UdpInputDriver, open_udp_output
 from services.edge.engine.udp import FlowStartError
@@ -30,12 +32,14 @@ INPUT_DRIVERS: Final[dict[str, InputFactory]] = {
     "udp": UdpInputDriver,
     "srt": SrtInputDriver,
     "rtmp": RtmpInputDriver,
+    "rtsp": RtspInputDriver,
 }
 OUTPUT_DRIVERS: Final[dict[str, OutputFactory]] = {
     "rtp": open_udp_output,
     "udp": open_udp_output,
     "srt": SrtOutputDriver,
     "rtmp": RtmpOutputDriver,
+    "hls": HlsOutputDriver,
 }
 # Checks a kind needs beyond its model (what the installed libsrt supports...): 400s.
 _EXTRA_CHECKS: Final[dict[str, Callable[[Any], None]]] = {"srt": check_srt_supported}
