@@ -5,11 +5,13 @@ it takes :class:`AccessUnit` objects (Annex B video / ADTS audio, 90 kHz PTS/DTS
 one clock) from up to one video and one audio stream and answers 1316-byte datagrams (7 x 188
 TS packets) from :class:`TsMuxer`, like :class:`~.from_flv.FlvToTs` does for RTMP.
 
-**Program choice.** :meth:`UnitsToTs.begin` names the streams the source expects (from an SDP,
-say). Units are held until every expected stream has produced one, or until what is held spans
-``wait`` (1 s of media), or ``MAX_PENDING`` units are held; the program then holds the streams
-that did produce units. Units of a stream outside the program are dropped and counted
-(``late_streams``). Video starts at a keyframe: video before it is dropped (counted).
+**Program choice.** :meth:`UnitsToTs.begin` names the streams the source sends (from an SDP,
+say): they make the program. Units are held until every expected stream has produced one, or
+until what is held spans ``wait`` (1 s of media), or ``MAX_PENDING`` units are held; then the
+program (PAT/PMT) starts with every expected stream, so a stream that starts late (video
+waiting for its first keyframe in a long GOP) joins it when it comes. Units of another codec
+than announced are dropped and counted (``late_streams``). Video starts at a keyframe: video
+before it is dropped (counted).
 
 **Interleaving.** :class:`TsMuxer` wants units in DTS order across streams. Once started, units
 are queued per stream and the unit with the lowest DTS is muxed whenever every stream of the
@@ -61,7 +63,7 @@ class UnitsToTsStats:
     audio_units: int = 0  # muxed
     datagrams: int = 0
     dropped_before_keyframe: int = 0
-    late_streams: int = 0  # units of a stream the program was fixed without (or of another codec)
+    late_streams: int = 0  # units of a codec the session did not announce
     late_units: int = 0  # units before the last muxed DTS of their stream
     overflow: int = 0  # units dropped because MAX_PENDING units were held
     programs: int = 0  # muxers created (a codec change on a new session makes a new one)
@@ -178,9 +180,7 @@ class UnitsToTs:
         return self._packer.push(self._interleave(final=True))
 
     def _start(self) -> None:
-        video = self._expected[0] if self._queues["video"] else None
-        audio = self._expected[1] if self._queues["audio"] else None
-        program = (video, audio)
+        video, audio = program = self._expected  # the source said what it sends (an SDP, say)
         self._started = True
         if self._muxer is not None and program == self.program:
             return  # same codecs on a new session: the program goes on

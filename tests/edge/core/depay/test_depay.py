@@ -221,16 +221,18 @@ def unit(kind: str, t: int, key: bool = True) -> AccessUnit:
     return AccessUnit(kind, "h264" if kind == "video" else "aac", 0, t, t, key, data)  # type: ignore[arg-type]
 
 
-def test_units_to_ts_waits_then_starts_with_what_it_has() -> None:
+def test_units_to_ts_waits_then_starts_the_announced_program() -> None:
     conv = UnitsToTs()
     conv.begin("h264", "aac")
     out: list[bytes] = []
-    for i in range(60):  # audio only: the program starts after 1 s of it, without video
+    for i in range(60):  # audio only for 1 s: the program starts, with the announced video in it
         out += conv.push(unit("audio", 90_000 + i * 1920))
-    assert conv.started and conv.program == (None, "aac")
-    out += conv.push(unit("video", 200_000))
+    assert conv.started and conv.program == ("h264", "aac")
+    out += conv.push(unit("video", 200_000))  # the video joins at its first keyframe
+    out += conv.push(AccessUnit("video", "hevc", 0, 210_000, 210_000, True, b""))  # not announced
     assert conv.stats.late_streams == 1
     out += conv.flush()
+    assert conv.stats.video_units == 1 and conv.stats.audio_units == 60
     assert out and all(len(d) == 1316 for d in out)
 
 

@@ -379,3 +379,23 @@ def test_a_track_with_a_zero_clock_rate_is_not_chosen(h264: Source) -> None:
     assert session.begin([bad, audio], 0.0) == [1]
     with pytest.raises(ValueError, match="clock rate 0"):
         session.begin([bad], 0.0)
+
+
+def test_joining_mid_gop_the_video_joins_the_announced_program_at_its_keyframe(h264: Source, tmp_path: Path) -> None:
+    stream = Stream(h264)
+    packets = stream.packets()
+    # the session starts 18 pictures into the first GOP: 0.7 s + the DTS window before a keyframe
+    first_kept_video = next(p for p in packets if p.track == 0 and p.arrival >= 18 / 25 + 0.05)
+    packets = [p for p in packets if p.track == 1 or p.arrival >= first_kept_video.arrival]
+    session = new_session()
+    session.begin(stream.tracks(), 0.0)
+    out = run(session, packets)
+    path = tmp_path / "midgop.ts"
+    path.write_bytes(b"".join(out))
+    streams = probe(path)
+    assert int(str(streams["video"]["nb_read_frames"])) == 25  # the second GOP
+    assert int(str(streams["audio"]["nb_read_frames"])) == len(h264.audio)
+    assert decode_errors(path) == ""
+    video, audio, d = demux(out)
+    assert d.stats.cc_errors == 0
+    check_timing(video, audio)
