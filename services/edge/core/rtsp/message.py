@@ -12,8 +12,9 @@ or line start (:attr:`RtspReader.skipped_bytes` counts it). Strictness (bounded 
 line of at most :data:`MAX_START_LINE` bytes, a header block of at most :data:`MAX_HEADER_BYTES`
 bytes and :data:`MAX_HEADERS` lines, a body of at most :data:`MAX_BODY_BYTES` bytes, and at most
 :data:`MAX_GARBAGE_BYTES` of consecutive garbage; beyond these :class:`RtspProtocolError`.
-The reader therefore never holds more than ``MAX_HEADER_BYTES + MAX_BODY_BYTES`` plus the last
-chunk fed to it.
+Each limit can be lowered per reader (tests use small ones). The reader therefore never holds
+more than ``max(max_header_bytes + max_body_bytes, 4 + 65535)`` bytes plus the last chunk fed to
+it (the second term: one ``$`` frame, whose 16-bit length bounds it).
 
 Text is decoded as UTF-8 with ``surrogateescape``, so that non-UTF-8 bytes survive a round trip
 (a Digest ``realm`` or ``nonce`` is hashed exactly as the server sent it) and decoding never fails.
@@ -132,7 +133,20 @@ class _Head:
 class RtspReader:
     """Incremental parser of the server-to-client byte stream of an RTSP connection."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        max_start_line: int = MAX_START_LINE,
+        max_header_bytes: int = MAX_HEADER_BYTES,
+        max_headers: int = MAX_HEADERS,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_garbage_bytes: int = MAX_GARBAGE_BYTES,
+    ) -> None:
+        self.max_start_line = min(max_start_line, max_header_bytes)
+        self.max_header_bytes = max_header_bytes
+        self.max_headers = max_headers
+        self.max_body_bytes = max_body_bytes
+        self.max_garbage_bytes = max_garbage_bytes
         self._buffer = bytearray()
         self._head: _Head | None = None
         self._scan_from = 0  # where to resume looking for the end of the header block
@@ -177,9 +191,9 @@ class RtspReader:
             if first in b"\r\n":
                 del buf[:1]  # blank lines between messages: harmless, not counted
                 continue
-            eol = buf.find(b"\n", 0, MAX_START_LINE + 1)
+            eol = buf.find(b"\n", 0, self.max_start_line + 1)
             if eol < 0:
-                if len(buf) > MAX_START_LINE or not self._plausible_start(bytes(buf[:MAX_START_LINE])):
+                if len(buf) > self.max_start_line or not self._plausible_start(bytes(buf[: self.max_start_line])):
                     self._skip_garbage()
                     continue
                 return None
@@ -224,15 +238,15 @@ class RtspReader:
         self._scan_from = 0
         self.skipped_bytes += skip
         self._garbage_run += skip
-        if self._garbage_run > MAX_GARBAGE_BYTES:
-            raise RtspProtocolError(f"more than {MAX_GARBAGE_BYTES // 1024} KiB of unparseable data")
+        if self._garbage_run > self.max_garbage_bytes:
+            raise RtspProtocolError(f"more than {_size(self.max_garbage_bytes)} of unparseable data")
 
     def _parse_head(self, start: RtspResponse | RtspRequest, eol: int) -> _Head | None:
         buf = self._buffer
-        m = _HEADER_END.search(buf, max(eol, self._scan_from), MAX_HEADER_BYTES)
+        m = _HEADER_END.search(buf, max(eol, self._scan_from), self.max_header_bytes)
         if m is None:
-            if len(buf) >= MAX_HEADER_BYTES:
-                raise RtspProtocolError(f"header block longer than {MAX_HEADER_BYTES // 1024} KiB")
+            if len(buf) >= self.max_header_bytes:
+                raise RtspProtocolError(f"header block longer than {_size(self.max_header_bytes)}")
             self._scan_from = max(eol, buf.rfind(b"\n"))
             return None
         self._scan_from = 0
@@ -251,9 +265,9 @@ class RtspReader:
             if not colon or not raw_name:
                 continue  # not a header line: dropped
             headers.append((_decode(raw_name), _decode(raw_value.strip())))
-            if len(headers) > MAX_HEADERS:
-                raise RtspProtocolError(f"more than {MAX_HEADERS} header lines")
-        body_length = _content_length(headers)
+            if len(headers) > self.max_headers:
+                raise RtspProtocolError(f"more than {self.max_headers} header lines")
+        body_length = _content_length(headers, self.max_body_bytes)
         if isinstance(start, RtspResponse):
             start = RtspResponse(start.version, start.status, start.reason, tuple(headers))
         else:
@@ -275,7 +289,11 @@ class RtspReader:
         return RtspRequest(start.method, start.url, start.version, start.headers, body)
 
 
-def _content_length(headers: list[tuple[str, str]]) -> int:
+def _size(n: int) -> str:
+    return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} bytes"
+
+
+def _content_length(headers: list[tuple[str, str]], limit: int) -> int:
     """RFC 2326 §12.14: the body length; absent means no body."""
     values = {v.strip() for k, v in headers if k.lower() == "content-length"}
     if not values:
@@ -285,8 +303,8 @@ def _content_length(headers: list[tuple[str, str]]) -> int:
     value = values.pop()
     if not value.isascii() or not value.isdigit():
         raise RtspProtocolError("invalid Content-Length")
-    if len(value) > 8 or int(value) > MAX_BODY_BYTES:
-        raise RtspProtocolError(f"body longer than {MAX_BODY_BYTES // 1024} KiB")
+    if len(value) > 10 or int(value) > limit:
+        raise RtspProtocolError(f"body longer than {_size(limit)}")
     return int(value)
 
 

@@ -41,7 +41,14 @@ PIECES = st.one_of(
             b"RTSP/1.0 401\nWWW-Authenticate: Basic\n\n",
             b"OPTIONS * RTSP/1.0\r\nCSeq: 5\r\n\r\n",
             b"RTSP/1.0 200 OK\r\nContent-Length: 99999999\r\n\r\n",
-            b"RTSP/1.0 200 OK\r\nContent-Length: 5000\r\n\r\n",
+            b"RTSP/1.0 200 OK\r\nContent-Length: 500\r\n\r\n",
+            b"RTSP/1.0 200 OK\r\nContent-Length: 513\r\n\r\n",
+            b"X-Long: " + b"x" * 200 + b"\r\n",
+            b"\x00" * 100,
+            b"A" * 120,
+            b"RTSP/1.0 200 OK\r\n",
+            b"RTSP/1.0 200 OK\r\nContent-Length: 500\r\n\r\n" + b"b" * 300,
+            b"b" * 200,
             b"$\x00\xff\xff",
             b"$\x01\x00\x02ab",
             b"\r\n",
@@ -53,14 +60,26 @@ PIECES = st.one_of(
 )
 
 
+SMALL = {"max_start_line": 128, "max_header_bytes": 256, "max_headers": 8, "max_body_bytes": 512}
+SMALL_GARBAGE = 300  # small caps so "never past the caps" means something at these input sizes
+
+
+def check_bounded(reader: RtspReader, chunk: bytes) -> None:
+    """Buffered input stays within one message's caps (or one $ frame) plus the last chunk."""
+    cap = SMALL["max_header_bytes"] + SMALL["max_body_bytes"]
+    if reader.buffered and reader._buffer[0] == 0x24:
+        cap = max(cap, 4 + 0xFFFF)
+    assert reader.buffered <= cap + len(chunk)
+
+
 @FAST
-@given(st.lists(PIECES, max_size=20), st.lists(st.integers(min_value=0), max_size=12))
+@given(st.lists(PIECES, max_size=40), st.lists(st.integers(min_value=0), max_size=12))
 def test_reader_raises_only_protocol_errors_and_stays_bounded(pieces: list[bytes], cuts: list[int]) -> None:
-    reader = RtspReader()
+    reader = RtspReader(**SMALL, max_garbage_bytes=SMALL_GARBAGE)
     try:
         for chunk in chunked(b"".join(pieces), cuts):
             reader.feed(chunk)
-            assert reader.buffered <= MAX_HEADER_BYTES + MAX_BODY_BYTES + len(chunk)
+            check_bounded(reader, chunk)
     except RtspProtocolError:
         pass
 
@@ -68,13 +87,20 @@ def test_reader_raises_only_protocol_errors_and_stays_bounded(pieces: list[bytes
 @FAST
 @given(st.binary(max_size=2000), st.lists(st.integers(min_value=0), max_size=12))
 def test_reader_on_random_bytes(data: bytes, cuts: list[int]) -> None:
-    reader = RtspReader()
+    reader = RtspReader(**SMALL, max_garbage_bytes=SMALL_GARBAGE)
     try:
         for chunk in chunked(data, cuts):
             reader.feed(chunk)
-            assert reader.buffered <= MAX_HEADER_BYTES + MAX_BODY_BYTES + len(chunk)
+            check_bounded(reader, chunk)
     except RtspProtocolError:
         pass
+
+
+def test_default_caps_bound_the_buffer() -> None:
+    reader = RtspReader()
+    head = b"RTSP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % MAX_BODY_BYTES
+    reader.feed(head + b"a" * (MAX_BODY_BYTES - 1))
+    assert reader.buffered == len(head) + MAX_BODY_BYTES - 1 <= MAX_HEADER_BYTES + MAX_BODY_BYTES
 
 
 VALID = st.one_of(
