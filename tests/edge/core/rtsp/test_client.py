@@ -604,3 +604,57 @@ def test_failure_reasons_never_hold_credentials(status: int, reason: str, header
         assert reasons, events
         for text in reasons:
             assert PASSWORD not in text and f"admin:{PASSWORD}" not in text and "@cam" not in text
+
+
+# ---------------------------------------------------------------------------- more quirks
+
+
+def test_content_base_userinfo_is_dropped_and_a_relative_one_resolved() -> None:
+    _, camera = new_client()
+    described = camera.describe(headers=[("Content-Base", f"rtsp://admin:{PASSWORD}@cam/live/")])
+    assert described.base_url == "rtsp://cam/live/" and PASSWORD not in described.tracks[0].control_url
+    _, camera = new_client()
+    described = camera.describe(headers=[("Content-Base", "/other/path/")])
+    assert described.base_url == "rtsp://192.168.1.64:554/other/path/"
+
+
+def test_setup_reply_without_session_still_plays() -> None:
+    client, camera = new_client()
+    described = camera.describe()
+    client.setup(described.tracks)
+    camera.answer(camera.request(), headers=[("Transport", "RTP/AVP/TCP;interleaved=0-1")])
+    second = camera.request()
+    assert second.get("Session") is None
+    camera.answer(second)
+    play = camera.request()
+    assert play.method == "PLAY" and play.get("Session") is None
+    assert camera.answer(play) == [Playing({}, 60.0)]
+    client.teardown()  # no session id: nothing to tear down
+    assert camera.take() == []
+
+
+def test_lf_only_answers_without_reason_phrases() -> None:
+    client, camera = new_client()
+    options = camera.request()
+    client.receive_data(b"RTSP/1.0 200\nCSeq: 1\nPublic: DESCRIBE, SETUP\n\n")
+    describe = camera.request()
+    body = SDP.replace("\r\n", "\n").encode()
+    data = b"RTSP/1.0 200\nCSeq: %d\nContent-Length: %d\n\n" % (describe.cseq or 0, len(body)) + body
+    (described,) = client.receive_data(data)
+    assert isinstance(described, Described) and len(described.tracks) == 2 and options.cseq == 1
+
+
+def test_proxy_authentication_is_not_supported() -> None:
+    _, camera = new_client()
+    camera.answer(camera.request())
+    event = failed(camera.answer(camera.request(), 407, "Proxy Authentication Required"))
+    assert event.auth and event.status == 407 and "proxy authentication" in event.reason
+
+
+def test_play_reply_updates_the_session_timeout() -> None:
+    client, camera = new_client()
+    described = camera.describe()
+    client.setup(described.tracks[:1])
+    camera.answer(camera.request(), headers=[("Session", "S1")])
+    (playing,) = camera.answer(camera.request(), headers=[("Session", "S1;timeout=12")])
+    assert playing == Playing({}, 12.0) and client.session_timeout == 12.0
