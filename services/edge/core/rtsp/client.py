@@ -23,19 +23,19 @@ Driver contract::
 
 Sequence (RFC 2326 §10, appendix A state table for the client):
 
-============  ===================================  =======================================
-state         request sent                         on its 2xx answer
-============  ===================================  =======================================
-idle          ``start()``: OPTIONS (§10.1)          -
-options       -                                    note ``Public``; DESCRIBE (§10.2)
-describing    DESCRIBE, ``Accept: application/sdp``  parse SDP -> :class:`Described`
-described     ``setup()``: SETUP of track 0 (§10.4)  -
-setting_up    SETUP of track i+1 with ``Session``   :class:`TrackReady`; after the last: PLAY
-starting      PLAY, ``Range: npt=0.000-`` (§10.5)   :class:`Playing`
-playing       ``keepalive()``: GET_PARAMETER or OPTIONS   :class:`KeepaliveAnswered`
-closed        ``teardown()``: TEARDOWN (§10.7)      ignored
-failed        -                                    everything ignored
-============  ===================================  =======================================
+==========  =============================================  =======================================
+state       entered by                                     on the 2xx answer of its request
+==========  =============================================  =======================================
+idle        construction                                   -
+options     ``start()``: OPTIONS (§10.1)                   note ``Public``; DESCRIBE
+describing  DESCRIBE (§10.2), ``Accept: application/sdp``  parse SDP: :class:`Described`
+described   a usable SDP                                   - (waits for ``setup()``)
+setting_up  ``setup()``: SETUP of track 0 (§10.4)          :class:`TrackReady`; next SETUP or PLAY
+starting    PLAY (§10.5), ``Range: npt=0.000-``            :class:`Playing`
+playing     the PLAY answer                                keepalives: :class:`KeepaliveAnswered`
+closed      ``teardown()``: TEARDOWN (§10.7)               answers ignored
+failed      :class:`Failed`                                answers ignored
+==========  =============================================  =======================================
 
 Details and camera quirks handled:
 
@@ -45,16 +45,18 @@ Details and camera quirks handled:
 * Authentication (RFC 2326 §12.5, RFC 7235): on 401 with credentials the request is sent again
   once with ``Authorization`` for the strongest supported challenge (Digest SHA-256 > Digest MD5 >
   Basic, :mod:`.auth`), and every later request is authenticated up front (Digest ``nc`` counts
-  up per nonce). A 401 to that retry fails the session with ``auth=True`` unless it says
-  ``stale=true`` (a new nonce, tried again without counting). 401 without credentials, 403 and
+  up per nonce). A 401 to a request sent with credentials up front is answered once more (some
+  cameras rotate nonces without ``stale``); a 401 to that retry fails the session with
+  ``auth=True`` unless it says ``stale=true`` (a new nonce, tried again without counting). 401 without credentials, 403 and
   407 fail with ``auth=True``, and so does a 401 offering no scheme we support. Digest's ``uri`` is
   the absolute request URL, as FFmpeg and live555 send it.
 * A URL with ``user:pass@`` has the user info removed from every request (and from
   :attr:`RtspClient.display_url`); explicit ``username``/``password`` arguments win over it.
   :class:`Failed` reasons are our own fixed texts plus the status code and its RFC 2326 §7.1.1
-  phrase (never the server's reason phrase or a URL), and are scrubbed of the credentials.
-* OPTIONS answered with an error (other than 401 or 3xx) is not fatal: DESCRIBE follows anyway and
-  gives the real answer. 3xx fails (``redirected to another server, not followed``) without echoing
+  phrase (never the server's reason phrase or a URL; only the scheme tokens of an unsupported
+  challenge come from the server), and are scrubbed of the credentials.
+* OPTIONS answered with an error (other than 401, 403, 407 or 3xx) is not fatal: DESCRIBE follows
+  anyway and gives the real answer. 3xx fails (``redirected to another server, not followed``) without echoing
   ``Location``.
 * Control URLs (§C.1.1): the base is Content-Base, else Content-Location, else the request URL;
   relative ``a=control`` values are appended FFmpeg/live555 style (:func:`.sdp.resolve_control`).
@@ -68,8 +70,9 @@ Details and camera quirks handled:
   suffix at a ``/`` boundary, or a single entry for a single track) and keyed by the track's
   control URL; unmatched entries keep their own URL.
 * Keepalive (§10.8/§10.1): GET_PARAMETER when the OPTIONS answer's ``Public`` listed it, else
-  OPTIONS, with ``Session``; any answer is :class:`KeepaliveAnswered`, and a non-2xx answer to
-  GET_PARAMETER (405/501 from some cameras) switches later keepalives to OPTIONS.
+  OPTIONS, with ``Session`` (a no-op before a SETUP answer gave one); any answer but 401 is
+  :class:`KeepaliveAnswered`, and a non-2xx answer to GET_PARAMETER (405/501 from some cameras)
+  switches later keepalives to OPTIONS.
 * Server-to-client requests (§10): OPTIONS, GET_PARAMETER and SET_PARAMETER get ``200 OK`` with
   their CSeq, anything else (ANNOUNCE, REDIRECT, ...) ``501 Not Implemented``.
 * ``$`` frames (§10.12) may arrive anywhere between messages, also before the PLAY answer; bytes
