@@ -47,9 +47,9 @@ Details and camera quirks handled:
   Basic, :mod:`.auth`), and every later request is authenticated up front (Digest ``nc`` counts
   up per nonce). A 401 to a request sent with credentials up front is answered once more (some
   cameras rotate nonces without ``stale``); a 401 to that retry fails the session with
-  ``auth=True`` unless it says ``stale=true`` (a new nonce, tried again without counting). 401 without credentials, 403 and
-  407 fail with ``auth=True``, and so does a 401 offering no scheme we support. Digest's ``uri`` is
-  the absolute request URL, as FFmpeg and live555 send it.
+  ``auth=True`` unless it says ``stale=true`` (a new nonce, tried again without counting). 401
+  without credentials, 403 and 407 fail with ``auth=True``, and so does a 401 offering no scheme
+  we support. Digest's ``uri`` is the absolute request URL, as FFmpeg and live555 send it.
 * A URL with ``user:pass@`` has the user info removed from every request (and from
   :attr:`RtspClient.display_url`); explicit ``username``/``password`` arguments win over it.
   :class:`Failed` reasons are our own fixed texts plus the status code and its RFC 2326 §7.1.1
