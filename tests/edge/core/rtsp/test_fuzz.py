@@ -119,8 +119,8 @@ VALID = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(VALID, max_size=12), st.lists(st.integers(min_value=0), max_size=20))
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(VALID, max_size=8), st.lists(st.integers(min_value=0), max_size=20))
 def test_chunking_does_not_change_a_valid_stream(messages: list[bytes], cuts: list[int]) -> None:
     data = b"".join(messages)
     whole = RtspReader().feed(data)
@@ -133,7 +133,7 @@ def test_chunking_does_not_change_a_valid_stream(messages: list[bytes], cuts: li
 # ---------------------------------------------------------------------------- parse_sdp
 
 SDP_LINES = st.one_of(
-    st.text(max_size=40),
+    st.text(max_size=20),
     st.sampled_from(SDP.splitlines()),
     st.sampled_from(
         [
@@ -156,7 +156,7 @@ SDP_LINES = st.one_of(
 
 
 @FAST
-@given(st.lists(SDP_LINES, max_size=30), st.sampled_from(["\n", "\r\n", "\r", "\x85"]))
+@given(st.lists(SDP_LINES, max_size=20), st.sampled_from(["\n", "\r\n", "\r", "\x85"]))
 def test_parse_sdp_raises_only_sdp_error(lines: list[str], newline: str) -> None:
     try:
         parse_sdp(newline.join(lines))
