@@ -10,7 +10,7 @@
 | `rtmp://0.0.0.0:1935/live/KEY` (input) | `{"type": "rtmp", "listen_addr", "app": "live", "stream_key"}` |
 | `rtmps://0.0.0.0:1935/live/KEY` (input) | the same with `"tls": true` (no KEY: any key) |
 | `rtmp[s]://host[:port]/app/KEY` (output) | `{"type": "rtmp", "dest_url": "rtmp[s]://host/app", "stream_key"}` |
-| `rtsp[s]://user:pass@cam/path?transport=udp` (input) | `{"type": "rtsp", "rtsp_url": "rtsp[s]://cam/path", "username", "password", "transport"}` |
+| `rtsp[s]://user:pass@cam/path?transport=udp` (input) | `{"type": "rtsp", "rtsp_url", "username", ...}` |
 
 SRT mode: `caller` sets `remote_addr` to the URL's address and `local_addr` to
 `0.0.0.0:0`; `listener` sets `local_addr`; `rendezvous` sets both (local port =
@@ -175,7 +175,9 @@ def _rtsp_fields(url: str, option: str, allowed: Mapping[str, tuple[str, str]]) 
     host = parts.netloc.rpartition("@")[2]
     shown = f"{parts.scheme}://{host}{parts.path}"
     if not parts.hostname:
-        raise UsageError(f"{option} {shown!r}: the URL has no camera host", hint=f"e.g. {option} rtsp://10.0.0.5/stream1")
+        raise UsageError(
+            f"{option} {shown!r}: the URL has no camera host", hint=f"e.g. {option} rtsp://10.0.0.5/stream1"
+        )
     ours = "&".join(f"{k}={v}" for k, v in parse_qsl(parts.query, keep_blank_values=True) if k in allowed)
     theirs = "&".join(p for p in parts.query.split("&") if p and p.split("=", 1)[0] not in allowed)
     fields = _query(f"{shown}?{ours}", option, allowed)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from services.edge.core.mux import TsDemuxer
 from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
 from tests.helpers.media import UdpSink
 from tests.helpers.rtsp_server import GstRtspServer, need_gst_rtsp
@@ -78,6 +79,9 @@ def ffprobe_streams(url: str, transport: str) -> dict[str, dict[str, Any]]:
 def decode_errors(ts: bytes, tmp_path: Path) -> str:
     path = tmp_path / "out.ts"
     path.write_bytes(ts)
+    demux = TsDemuxer()
+    demux.feed(ts)
+    assert demux.stats.cc_errors == 0, demux.stats  # the capture itself lost nothing
     run = subprocess.run(
         [need_tool("ffmpeg"), "-nostdin", "-v", "error", "-f", "mpegts", "-i", str(path), "-f", "null", "-"],
         capture_output=True,
@@ -86,11 +90,21 @@ def decode_errors(ts: bytes, tmp_path: Path) -> str:
     return run.stderr.decode(errors="replace") + ("" if run.returncode == 0 else f"exit {run.returncode}")
 
 
+def up_to_last_pat(ts: bytes) -> bytes:
+    """The capture cut before its last PAT: the muxer writes its tables between whole access
+    units, so everything before one is whole (the capture's tail, cut by the test, is not)."""
+    for offset in range(len(ts) - 188, -1, -188):
+        if ts[offset + 1] & 0x1F == 0 and ts[offset + 2] == 0:
+            return ts[:offset]
+    return ts
+
+
 def analysed(edge: Edge, flow_id: str) -> dict[str, Any]:
     """The flow's media analysis once it names both a video and an audio stream."""
     result: dict[str, Any] = wait_for(
         lambda: (
-            (m := (stats(edge, flow_id).get("media_analysis") or {})).get("audio_streams")
+            (m := (stats(edge, flow_id).get("media_analysis") or {}))
+            and (m.get("audio_streams") or [{}])[0].get("sample_rate_hz")
             and (m.get("video_streams") or [{}])[0].get("frame_rate")
             and m
         ),
@@ -121,8 +135,6 @@ def test_camera_stream_is_analysed_like_ffprobe_sees_it(
             media = analysed(edge, "cam")
             wait_for(lambda: len(sink.datagrams) > 300, timeout=20)
             inp = stats(edge, "cam")["input"]
-        with edge.client() as api:
-            assert api.delete("/api/v1/flows/cam").status_code in (200, 204)
     v, a = media["video_streams"][0], media["audio_streams"][0]
     pv, pa = probe["video"], probe["audio"]
     assert v["codec"].lower() in _CODEC_NAMES[pv["codec_name"]], (v, pv["codec_name"])
@@ -136,7 +148,7 @@ def test_camera_stream_is_analysed_like_ffprobe_sees_it(
     assert inp["peer_addr"] == f"127.0.0.1:{camera.port}"
     datagrams = sink.datagrams
     assert all(len(d) == 1316 for d in datagrams[:-1])
-    assert decode_errors(b"".join(datagrams), tmp_path) == ""
+    assert decode_errors(up_to_last_pat(b"".join(datagrams)), tmp_path) == ""
     connected = [e for e in events(edge) if e["category"] == "rtsp" and e["severity"] == "info"]
     assert connected and "connected to rtsp://127.0.0.1" in connected[0]["message"], connected
     texts = json.dumps(events(edge)) + json.dumps(inp)
@@ -159,13 +171,13 @@ def test_camera_killed_and_restarted_is_reconnected(edge: Edge, tmp_path: Path) 
         wait_for(lambda: stats(edge, "cam")["input"]["state"] == "receiving", timeout=20)
         wait_for(lambda: len(sink.datagrams) > before + 300, timeout=20)
         inp = stats(edge, "cam")["input"]
+        # One transport stream across both sessions: the muxer lives on, so no CC error at the seam.
+        tr = stats(edge, "cam")["tr101290"]
     assert inp["rtsp_stats"]["connections"] == 2, inp
     connected = [e for e in events(edge) if e["category"] == "rtsp" and e["severity"] == "info"]
     assert len(connected) == 2, connected
-    # One transport stream across both sessions: the muxer lives on, so no CC error at the seam.
-    tr = stats(edge, "cam")["tr101290"]
     assert tr["cc_errors"] == 0, tr
-    assert decode_errors(b"".join(sink.datagrams[before:]), tmp_path) == ""
+    assert decode_errors(up_to_last_pat(b"".join(sink.datagrams)), tmp_path) == ""
 
 
 def test_wrong_credentials_are_an_event_and_a_clear_state(edge: Edge) -> None:

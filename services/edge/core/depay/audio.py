@@ -285,6 +285,9 @@ def parse_stream_mux_config(data: bytes) -> tuple[AacConfig, int, int]:
         if r.u(4) != 0 or r.u(3) != 0:  # numProgram, numLayer (minus one)
             raise ValueError("LATM with several programs or layers is not supported")
         config = _read_asc(r)
+    except BitsExhausted:
+        raise ValueError("LATM config (StreamMuxConfig) is truncated") from None
+    try:
         frame_length_type = r.u(3)
         if frame_length_type != 0:
             raise ValueError(f"LATM frameLengthType {frame_length_type} is not supported (only 0)")
@@ -298,7 +301,10 @@ def parse_stream_mux_config(data: bytes) -> tuple[AacConfig, int, int]:
                     break
         return config, subframes, other_bits
     except BitsExhausted:
-        raise ValueError("LATM config (StreamMuxConfig) is truncated") from None
+        # GStreamer's rtpmp4apay (and cameras built on it) ends the config right after the
+        # AudioSpecificConfig: FFmpeg's rtpdec_latm reads no further either. What follows can
+        # only be frameLengthType 0 (payload lengths in the stream) with no other data.
+        return config, subframes, 0
 
 
 class LatmDepacketizer(_AacBase):

@@ -179,6 +179,43 @@ def extract_parameter_sets(codec: VideoCodec, annexb: bytes) -> ParameterSets:
     return ParameterSets(tuple(vps), tuple(sps), tuple(pps))
 
 
+# NAL unit types that may only come before the first VCL NAL unit of an access unit: H.264
+# §7.4.1.2.3 (SEI, SPS, PPS, AUD, prefix NAL, subset SPS, depth PS); HEVC §7.4.2.4.4 (VPS, SPS,
+# PPS, AUD, prefix SEI). A decoder that meets one after a slice starts a new access unit there.
+_PREFIX_TYPES: Final[dict[VideoCodec, frozenset[int]]] = {
+    "h264": frozenset({6, 7, 8, 9, 13, 14, 15, 16}),
+    "hevc": frozenset({32, 33, 34, 35, 39}),
+}
+
+
+def hoist_prefix_nals(codec: VideoCodec, nals: list[bytes], types: list[int]) -> tuple[list[bytes], list[int]]:
+    """``nals`` with the prefix-only NAL units that follow a slice moved in front of the first
+    slice (an exact repeat of one already there is dropped, a second AUD too).
+
+    Encoders that repeat the parameter sets before every slice (GStreamer's ``rtph264pay
+    config-interval=-1`` on a two-slice IDR) make units a decoder would split into two
+    pictures with one timestamp; this puts them back in the order §7.4.1.2.3 asks for.
+    """
+    first_vcl = next((i for i, t in enumerate(types) if is_vcl(codec, t)), None)
+    prefix = _PREFIX_TYPES[codec]
+    if first_vcl is None or not any(t in prefix for t in types[first_vcl + 1 :]):
+        return nals, types
+    aud = H264_NAL_AUD if codec == "h264" else HEVC_NAL_AUD
+    head, head_types = nals[:first_vcl], types[:first_vcl]
+    tail: list[bytes] = []
+    tail_types: list[int] = []
+    for nal, kind in zip(nals[first_vcl:], types[first_vcl:], strict=True):
+        if kind in prefix and not is_vcl(codec, kind):
+            if nal in head or (kind == aud and aud in head_types):
+                continue
+            head.append(nal)
+            head_types.append(kind)
+        else:
+            tail.append(nal)
+            tail_types.append(kind)
+    return head + tail, head_types + tail_types
+
+
 class ParameterSetInserter:
     """Puts parameter sets in front of IDR/IRAP access units that lack them (Annex B in, out).
 
@@ -214,6 +251,9 @@ class ParameterSetInserter:
         if not nals:
             return annexb
         types = [nal_type(codec, nal) for nal in nals]
+        original = nals
+        nals, types = hoist_prefix_nals(codec, nals, types)
+        reordered = nals is not original
         aud_type, sps_type = (H264_NAL_AUD, H264_NAL_SPS) if codec == "h264" else (HEVC_NAL_AUD, HEVC_NAL_SPS)
         found = extract_parameter_sets(codec, annexb) if sps_type in types else None
         if found is not None and found.complete:
@@ -221,7 +261,7 @@ class ParameterSetInserter:
         keyframe = any(is_vcl(codec, t) and is_random_access(codec, t) for t in types)
         need_sets = keyframe and sps_type not in types and self._sets is not None
         has_aud = types[0] == aud_type
-        if not need_sets and (has_aud or not self.add_aud):
+        if not need_sets and (has_aud or not self.add_aud) and not reordered:
             return annexb
         head: list[bytes] = []
         if has_aud:

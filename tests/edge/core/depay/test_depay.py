@@ -205,6 +205,11 @@ def test_latm_config_parsing_and_refusals() -> None:
         LatmDepacketizer({"cpresent": "0", "config": "c0"}, 48000, 2)
     with pytest.raises(ValueError, match="no fmtp config"):
         LatmDepacketizer({"cpresent": "0"}, 48000, 2)
+    # GStreamer's rtpmp4apay stops right after the AudioSpecificConfig (48 kHz stereo AAC LC):
+    # taken like FFmpeg takes it, as frameLengthType 0 without other data.
+    assert parse_stream_mux_config(bytes.fromhex("40002320")) == (AacConfig(2, 48000, 2), 1, 0)
+    with pytest.raises(ValueError, match="truncated"):
+        parse_stream_mux_config(bytes.fromhex("4000"))  # cut inside the AudioSpecificConfig
 
 
 def test_make_depacketizer_answers_none_for_other_codecs() -> None:

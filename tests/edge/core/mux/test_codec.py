@@ -150,6 +150,24 @@ def test_inserter_adds_sets_before_idr_and_an_aud() -> None:
     assert plain.process(idr_without) == idr_without
 
 
+def test_parameter_sets_between_the_slices_of_one_picture_are_moved_before_them() -> None:
+    """GStreamer's rtph264pay ``config-interval=-1`` repeats SPS/PPS before each slice of a
+    two-slice IDR; H.264 §7.4.1.2.3 lets them come only before the first slice (FFmpeg
+    split such a unit into two pictures with one DTS: "non monotonically increasing dts")."""
+    sei, idr_a, idr_b = b"\x06\x05\x01\x00\x80", b"\x65\x88\x10", b"\x65\x88\x20"
+    unit = join_annexb([H264_AUD, SPS, PPS, sei, SPS, PPS, idr_a, SPS, PPS, idr_b])
+    ins = ParameterSetInserter("h264")
+    # (the repeat before the first slice is allowed and stays; the one between the slices goes)
+    assert split_annexb(ins.process(unit)) == [H264_AUD, SPS, PPS, sei, SPS, PPS, idr_a, idr_b]
+    other_pps = b"\x68\xce\x3c\x81"  # a second PPS is kept, in front of the slices
+    unit = join_annexb([H264_AUD, SPS, PPS, idr_a, other_pps, idr_b])
+    assert split_annexb(ins.process(unit)) == [H264_AUD, SPS, PPS, other_pps, idr_a, idr_b]
+    # HEVC: a prefix SEI (39) after a slice moves too; a suffix SEI (40) stays where it is.
+    slice_, prefix_sei, suffix_sei = bytes((19 << 1, 1)) + b"\x80", bytes((39 << 1, 1, 5)), bytes((40 << 1, 1, 5))
+    out = split_annexb(ParameterSetInserter("hevc").process(join_annexb([HEVC_AUD, slice_, prefix_sei, suffix_sei])))
+    assert out == [HEVC_AUD, prefix_sei, slice_, suffix_sei]
+
+
 def test_inserter_learns_hevc_sets_from_the_stream() -> None:
     hvcc = parse_hvcc(HVCC)
     assert hvcc is not None
