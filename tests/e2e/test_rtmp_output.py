@@ -4,7 +4,6 @@ in front of it. Every subprocess is bounded by a timeout; every wait is on a con
 
 from __future__ import annotations
 
-import datetime
 import os
 import shutil
 import socket
@@ -28,6 +27,7 @@ from services.edge.core.rtmp import (
     VideoData,
 )
 from services.edge.engine.kinds.rtmp_output import parse_target
+from tests.helpers.certs import self_signed
 from tests.helpers.edge import Edge, free_port, free_udp_port, running_edge, wait_for
 from tests.helpers.media import UdpSink, send_datagrams
 
@@ -280,35 +280,6 @@ def test_unreachable_server_gives_up_after_max_attempts(edge: Edge, tmp_path: Pa
 
 
 # ------------------------------------------------------------------ RTMPS through stunnel4
-
-
-def self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
 
 
 def test_rtmps_through_stunnel(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from services.edge.core.mux import TsDemuxer
+from tests.helpers.certs import self_signed
 from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
 from tests.helpers.media import UdpSink
 from tests.helpers.rtsp_server import GstRtspServer, need_gst_rtsp
@@ -194,3 +195,36 @@ def test_wrong_credentials_are_an_event_and_a_clear_state(edge: Edge) -> None:
     assert "not-the-password" not in json.dumps(events(edge)) + json.dumps(inp)
     # the flow itself runs (the camera may be fixed without touching it)
     assert stats(edge, "cam")["state"] == "Running"
+
+
+def mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_rtsps_camera_with_a_certificate_the_edge_trusts(tmp_path: Path) -> None:
+    """RTSP over TLS (``rtsps://``): gst-rtsp-server with a certificate for 127.0.0.1 that the
+    edge trusts through ``SSL_CERT_FILE`` (the config has no switch to skip the check); an edge
+    that does not trust it reports the TLS failure and never plays."""
+    need_gst_rtsp()
+    cert, key = self_signed(tmp_path, ip="127.0.0.1")
+    out = free_udp_port()
+    with GstRtspServer(video="h264", audio="aac-hbr", tls=(cert, key)) as camera:
+        assert camera.url.startswith("rtsps://")
+        with (
+            running_edge(mkdir(tmp_path / "trusting"), extra_env={"SSL_CERT_FILE": str(cert)}) as edge,
+            UdpSink(out) as sink,
+        ):
+            create(edge, rtsp_flow("cam", camera.url, out))
+            wait_for(lambda: stats(edge, "cam")["input"]["state"] == "receiving", timeout=20)
+            media = analysed(edge, "cam")
+            wait_for(lambda: len(sink.datagrams) > 200, timeout=20)
+        assert media["video_streams"][0]["resolution"] == "320x240"
+        assert decode_errors(up_to_last_pat(b"".join(sink.datagrams)), tmp_path) == ""
+        with running_edge(mkdir(tmp_path / "doubting")) as edge:
+            create(edge, rtsp_flow("cam", camera.url, out))
+            warned = wait_for(
+                lambda: [e for e in events(edge) if e["category"] == "rtsp" and e["severity"] == "warning"], timeout=20
+            )
+            assert "TLS handshake failed" in warned[0]["message"], warned
+            assert stats(edge, "cam")["input"]["state"] == "reconnecting"

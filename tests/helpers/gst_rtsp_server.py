@@ -25,7 +25,7 @@ try:
     gi.require_version("Gst", "1.0")
     gi.require_version("GstRtsp", "1.0")
     gi.require_version("GstRtspServer", "1.0")
-    from gi.repository import GLib, Gst, GstRtsp, GstRtspServer
+    from gi.repository import Gio, GLib, Gst, GstRtsp, GstRtspServer
 except (ImportError, ValueError) as exc:  # ValueError: the typelib is missing
     print(
         f"gst_rtsp_server: cannot load gst-rtsp-server through python3-gi ({exc}); "
@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", default="320x240", help="WIDTHxHEIGHT")
     p.add_argument("--gop", type=int, default=25, help="key frame interval in frames")
     p.add_argument("--bitrate-kbps", type=int, default=1000)
+    p.add_argument("--tls-cert", default=None, help="PEM certificate: serve RTSP over TLS (rtsps://)")
+    p.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
     p.add_argument("--check", action="store_true", help="only check that every element is installed, then exit 0")
     args = p.parse_args(argv)
     try:
@@ -163,12 +165,19 @@ def lower_trans(spec: str) -> GstRtsp.RTSPLowerTrans:
 def setup_auth(
     server: GstRtspServer.RTSPServer, factory: GstRtspServer.RTSPMediaFactory, a: argparse.Namespace
 ) -> None:
-    if a.auth == "none":
+    if a.auth == "none" and not a.tls_cert:
         return
     auth = GstRtspServer.RTSPAuth()
     token = GstRtspServer.RTSPToken()
     token.set_string(GstRtspServer.RTSP_TOKEN_MEDIA_FACTORY_ROLE, ROLE)
-    if a.auth == "basic":
+    if a.tls_cert:
+        try:
+            auth.set_tls_certificate(Gio.TlsCertificate.new_from_files(a.tls_cert, a.tls_key or a.tls_cert))
+        except GLib.Error as exc:
+            fail(f"cannot load the TLS certificate: {exc.message}")
+    if a.auth == "none":  # TLS only: every client gets the role (an RTSPAuth denies by default)
+        auth.set_default_token(token)
+    elif a.auth == "basic":
         auth.add_basic(GstRtspServer.RTSPAuth.make_basic(a.user, a.password), token)
         auth.set_supported_methods(GstRtsp.RTSPAuthMethod.BASIC)
     else:

@@ -128,7 +128,9 @@ class GstRtspServer:
         bitrate_kbps: int = 1000,
         ready_timeout: float = 15.0,
         stop_timeout: float = 5.0,
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
+        self.tls = tls  # (certificate, key) PEM files: serve rtsps:// (RTSP over TLS)
         self.mount = mount
         self.video: Video = video
         self.audio: Audio = audio
@@ -157,7 +159,8 @@ class GstRtspServer:
 
     @property
     def url(self) -> str:
-        return f"rtsp://127.0.0.1:{self.port}{self.mount}"
+        scheme = "rtsps" if self.tls else "rtsp"
+        return f"{scheme}://127.0.0.1:{self.port}{self.mount}"
 
     @property
     def url_with_credentials(self) -> str:
@@ -197,6 +200,8 @@ class GstRtspServer:
             gop=self.gop,
             bitrate_kbps=self.bitrate_kbps,
         )
+        if self.tls is not None:
+            args += [f"--tls-cert={self.tls[0]}", f"--tls-key={self.tls[1]}"]
         return [SYSTEM_PYTHON, str(SCRIPT), *args]
 
     def start(self) -> GstRtspServer:
