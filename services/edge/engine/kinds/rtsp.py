@@ -117,6 +117,7 @@ class _TrackRoute:
     rtp_socket: trio.socket.SocketType | None = None
     rtcp_socket: trio.socket.SocketType | None = None
     server_rtcp: tuple[str, int] | None = None
+    sources: frozenset[str] = frozenset()  # where its UDP media may come from
 
 
 @dataclass(slots=True)
@@ -415,6 +416,8 @@ class RtspInputDriver:
             session.channels[event.interleaved[1]] = (route.index, True)
         if event.server_ports is not None:
             route.server_rtcp = (event.source or session.server_ip, event.server_ports[1])
+        # RFC 2326 §12.39: ``source`` names the sender when it is not the RTSP server itself.
+        route.sources = frozenset({session.server_ip, event.source or session.server_ip})
 
     def _on_playing(self, session: _Session, event: Playing, nursery: trio.Nursery) -> None:
         for index, track in session.tracks.items():
@@ -435,7 +438,7 @@ class RtspInputDriver:
         for route in session.routes.values():
             for sock, is_rtcp in ((route.rtp_socket, False), (route.rtcp_socket, True)):
                 if sock is not None:
-                    nursery.start_soon(self._receive_udp, session, route.index, sock, is_rtcp)
+                    nursery.start_soon(self._receive_udp, route, sock, is_rtcp)
 
     # ------------------------------------------------------------------ media
 
@@ -476,16 +479,16 @@ class RtspInputDriver:
         except Exception as exc:
             self.flow.internal_error("rtsp input", exc)
 
-    async def _receive_udp(self, session: _Session, index: int, sock: trio.socket.SocketType, is_rtcp: bool) -> None:
-        """``transport: udp``: RTP or RTCP of one track, from the camera's address only."""
+    async def _receive_udp(self, route: _TrackRoute, sock: trio.socket.SocketType, is_rtcp: bool) -> None:
+        """``transport: udp``: RTP or RTCP of one track, from the camera's addresses only."""
         while True:
             try:
                 data, addr = await sock.recvfrom(RECEIVE_SIZE)
             except OSError as exc:
                 raise RtspSessionError(f"UDP receive failed: {exc.strerror or exc}") from None
-            if addr[0] != session.server_ip:
-                continue  # RFC 2326 §12.39 ``source``: media comes from the server we talk to
-            if self._on_media(index, is_rtcp, data):
+            if addr[0] not in route.sources:
+                continue  # not the camera: a stray or spoofed datagram
+            if self._on_media(route.index, is_rtcp, data):
                 self._end_batch()
 
     async def _keepalive(self, session: _Session, timeout: float) -> None:
