@@ -313,12 +313,20 @@ class HlsOutputDriver:
 
 
 def _error_text(exc: httpx.HTTPError) -> str:
-    """A short cause without the request URL (httpx puts it in some messages)."""
-    cause: BaseException = exc
-    while cause.__cause__ is not None and cause.__cause__ is not cause:
-        cause = cause.__cause__
-    if isinstance(cause, OSError) and cause.strerror:
-        return f"{type(exc).__name__}: {cause.strerror}"
+    """A short cause without the request URL (httpx puts it in some messages): the error class
+    and, when an OS error lies under it, its text (``ConnectError: Connection refused``)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        cause = todo.pop()
+        if id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.strerror:
+            return f"{type(exc).__name__}: {cause.strerror}"
+        if isinstance(cause, BaseExceptionGroup):
+            todo.extend(cause.exceptions)
+        todo.extend(c for c in (cause.__cause__, cause.__context__) if c is not None)
     return type(exc).__name__
 
 
