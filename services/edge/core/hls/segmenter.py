@@ -273,6 +273,8 @@ class HlsSegmenter:
         from the next cut point, carries the discontinuity flag."""
         self._partial.clear()
         self._flush_tail(self._ready)
+        for track in self._aac.values():  # a PES cut by the gap is not finished across it
+            track.packets, track.pts = [], None
         if self._probe is not None:
             self._drop_segment(extra=len(self._probe.held))
             self._probe = None
