@@ -17,9 +17,13 @@ its own table; ``--no-manager`` skips it, ``--manager-only`` runs only it, and `
 it out. Then the relay benchmark (``bench/relay.py``: UDP through one QUIC tunnel, egress
 TunnelRunner -> mp-relay -> ingress TunnelRunner, and the relay's native UDP plane against socat)
 prints its table; ``--no-relay`` skips it, ``--relay-only`` runs only it, ``--only`` leaves it out.
-Last, the RTMP ingest benchmark (``bench/rtmp.py``: an 8 Mbit/s H.264/AAC publisher into an
+Then the RTMP ingest benchmark (``bench/rtmp.py``: an 8 Mbit/s H.264/AAC publisher into an
 ``rtmp`` input with two outputs, CPU per second of media, beside ffmpeg remuxing the same RTMP to
 TS); ``--no-rtmp`` skips it, ``--rtmp-only`` runs only it, ``--only`` leaves it out.
+Last, the RTSP ingest benchmark (``bench/rtsp.py``: a gst-rtsp-server camera, 1280x720 H.264 + AAC,
+pulled by an ``rtsp`` input over TCP and over UDP with two outputs, CPU per second of media,
+beside ffmpeg pulling the same camera to TS); ``--no-rtsp`` skips it, ``--rtsp-only`` runs only
+it, ``--only`` leaves it out.
 
 ``--quick`` runs each scenario for about a second, the manager benchmark with 20 nodes and the
 relay benchmark with one half-second step per target (the smoke test uses it: its figures mean
@@ -92,11 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--relay-only", action="store_true", help="run only the relay benchmark")
     parser.add_argument("--no-rtmp", action="store_true", help="skip the RTMP ingest benchmark (bench/rtmp.py)")
     parser.add_argument("--rtmp-only", action="store_true", help="run only the RTMP ingest benchmark")
+    parser.add_argument("--no-rtsp", action="store_true", help="skip the RTSP ingest benchmark (bench/rtsp.py)")
+    parser.add_argument("--rtsp-only", action="store_true", help="run only the RTSP ingest benchmark")
     args = parser.parse_args(argv)
-    only_other = args.manager_only or args.relay_only or args.rtmp_only
+    only_other = args.manager_only or args.relay_only or args.rtmp_only or args.rtsp_only
     with_manager = not args.no_manager and (args.manager_only or not (args.only or only_other))
     with_relay = not args.no_relay and (args.relay_only or not (args.only or only_other))
     with_rtmp = not args.no_rtmp and (args.rtmp_only or not (args.only or only_other))
+    with_rtsp = not args.no_rtsp and (args.rtsp_only or not (args.only or only_other))
 
     with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
         workdir = args.keep or Path(tmp)
@@ -117,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         manager_ok = _run_manager(args.quick, workdir, opts.record) if with_manager else True
         relay_ok = _run_relay(args.quick, workdir, opts.record) if with_relay else True
         rtmp_ok = _run_rtmp(args.quick, workdir, opts.record) if with_rtmp else True
+        rtsp_ok = _run_rtsp(args.quick, workdir, opts.record) if with_rtsp else True
         elapsed = time.monotonic() - started
         load_after = load_average()
         if rows or not only_other:
@@ -127,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             print(opts.record["relay"].pop("text"))
         if "rtmp" in opts.record:
             print(opts.record["rtmp"].pop("text"))
+        if "rtsp" in opts.record:
+            print(opts.record["rtsp"].pop("text"))
         print(
             f"run took {elapsed:.0f} s; load average (1/5/15 min) {load_before} at the start, {load_after} at the end;"
             f" {os.cpu_count()} CPUs. Ratios = mediaplane / peer, measured alternately in this run."
@@ -140,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.json:
             dump_json(args.json, opts.record)
-    return 0 if manager_ok and relay_ok and rtmp_ok and all(r.ours != "failed" for r in rows) else 1
+    return 0 if manager_ok and relay_ok and rtmp_ok and rtsp_ok and all(r.ours != "failed" for r in rows) else 1
 
 
 def _run_manager(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
@@ -199,6 +209,15 @@ def _run_rtmp(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
 
     return _run_suite(
         "rtmp", "RTMP ingest benchmark", workdir, record, lambda d: rtmp_bench.run(3.0 if quick else 20.0, 8000, d)
+    )
+
+
+def _run_rtsp(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
+    """``bench.rtsp`` (20 s per path, or 3 s with ``--quick``)."""
+    from bench import rtsp as rtsp_bench
+
+    return _run_suite(
+        "rtsp", "RTSP ingest benchmark", workdir, record, lambda d: rtsp_bench.run(3.0 if quick else 20.0, 8000, d)
     )
 
 
