@@ -235,3 +235,15 @@ def test_damaged_ts_never_crashes_and_stays_bounded(flips: list[tuple[int, int]]
             assert len(seg.data) % TS == 0 and seg.duration > 0
             assert seg.data[0] == 0x47
         assert segmenter.buffered_bytes <= 2 * 64 * 1024 + 2 * 1024 * 1024 + TS
+
+
+def test_audio_starts_with_each_keyframe_and_the_segments_join_cleanly(h264_ts: bytes, tmp_path: Path) -> None:
+    # FFmpeg packs several AAC frames per PES; the one spanning a cut is split at an ADTS frame.
+    _, segments = segment_all(h264_ts, 1.0)
+    for seg in segments:
+        starts = check_segment(seg.data).starts
+        # within one AAC frame: 1024 samples at lavfi sine's 44.1 kHz = 23.2 ms
+        assert starts and all(abs(offset) <= 1024 / 44_100 + 1e-4 for offset in starts.values()), starts
+    joined = tmp_path / "all.ts"
+    joined.write_bytes(b"".join(s.data for s in segments))
+    assert decode_errors(joined) == ""
