@@ -228,7 +228,8 @@ class RtspInputDriver:
                 reason, auth = str(exc), exc.auth
             finally:
                 self._playing = False
-                self._deliver(self.media.flush())
+                if self._deliver(self.media.flush()):
+                    self._end_batch()  # the tail reaches the outputs now, not a reconnect later
             reason = self.redact(reason)
             self.last_error = reason
             if self._played:
