@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", default="320x240", help="WIDTHxHEIGHT")
     p.add_argument("--gop", type=int, default=25, help="key frame interval in frames")
     p.add_argument("--bitrate-kbps", type=int, default=1000)
+    p.add_argument(
+        "--cbr", action="store_true", help="H.264 at exactly --bitrate-kbps (x264 CBR with filler data, nal-hrd=cbr)"
+    )
     p.add_argument("--tls-cert", default=None, help="PEM certificate: serve RTSP over TLS (rtsps://)")
     p.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
     p.add_argument("--check", action="store_true", help="only check that every element is installed, then exit 0")
@@ -112,6 +115,11 @@ def aac_encoder() -> str:
     )
 
 
+# A plain test pattern codes to well under any bit rate asked; a broadcast encoder in CBR mode
+# pads with filler NAL units (H.264 7.3.2.7) to the rate: x264's nal-hrd=cbr with filler.
+CBR = 'pass=cbr vbv-buf-capacity=1000 option-string="nal-hrd=cbr:filler=1" '
+
+
 def launch_line(args: argparse.Namespace) -> str:
     """The media factory's pipeline: live test sources, pay0 = video (pt 96), pay1 = audio (pt 97)."""
     overlay = ""
@@ -122,7 +130,7 @@ def launch_line(args: argparse.Namespace) -> str:
         need_elements(["x264enc", "rtph264pay"])
         enc = (
             f"x264enc tune=zerolatency speed-preset=ultrafast key-int-max={args.gop} "
-            f"bitrate={args.bitrate_kbps} ! video/x-h264,profile=baseline "
+            f"bitrate={args.bitrate_kbps} {CBR if args.cbr else ''}! video/x-h264,profile=baseline "
             "! rtph264pay name=pay0 pt=96 config-interval=-1"
         )
     else:

@@ -129,7 +129,9 @@ class GstRtspServer:
         ready_timeout: float = 15.0,
         stop_timeout: float = 5.0,
         tls: tuple[Path, Path] | None = None,
+        cbr: bool = False,
     ) -> None:
+        self.cbr = cbr  # H.264 padded to exactly ``bitrate_kbps`` (filler data), as CBR encoders do
         self.tls = tls  # (certificate, key) PEM files: serve rtsps:// (RTSP over TLS)
         self.mount = mount
         self.video: Video = video
@@ -200,6 +202,8 @@ class GstRtspServer:
             gop=self.gop,
             bitrate_kbps=self.bitrate_kbps,
         )
+        if self.cbr:
+            args.append("--cbr")
         if self.tls is not None:
             args += [f"--tls-cert={self.tls[0]}", f"--tls-key={self.tls[1]}"]
         return [SYSTEM_PYTHON, str(SCRIPT), *args]
