@@ -149,8 +149,9 @@ class RtspInputDriver:
         self.media = MediaSession(our_ssrc=secrets.randbits(32) or 1, cname=f"mediaplane-{flow.flow_id}")
         self._state = "connecting"
         self._playing = False  # the current session is past PLAY
-        self._played = False  # the session that just ended got past PLAY
-        self._warned = False  # a warning went out since the last PLAY
+        self._played = False  # the session that just ended delivered media
+        self._warned = False  # a warning went out since media last flowed (one per outage)
+        self._announce: _Session | None = None  # a playing session whose first RTP is awaited
         self._last_media = float("-inf")  # trio clock of the last RTP packet
         self.connections = 0
         self.last_error: str | None = None
@@ -223,6 +224,7 @@ class RtspInputDriver:
         delay = self.config.reconnect_delay_secs
         while True:
             self._played = False
+            self._announce = None
             auth = False
             try:
                 await self._session()
@@ -432,21 +434,27 @@ class RtspInputDriver:
             seq, rtptime = event.rtp_info.get(track.control_url, (None, None))
             self.media.set_rtp_info(index, seq, rtptime)
         session.playing = True
-        self._playing = self._played = True
-        self._warned = False
+        self._playing = True
         self._last_media = trio.current_time()
         self.connections += 1
         labels = [_CODEC_LABELS.get(c or "", c) for c in (self.media.stats.video_codec, self.media.stats.audio_codec)]
         session.codecs = " + ".join(label for label in labels if label)
-        assert self.target is not None
-        via = "TCP (interleaved)" if self.config.transport == "tcp" else "UDP"
-        self._event(info, f"connected to {self.target.display} ({session.codecs or 'no media'} over {via})")
+        self._announce = session  # "connected" goes out with the first RTP: a camera that
+        # answers PLAY and sends nothing stays one outage, not a connect/disconnect pair per try
         nursery.start_soon(self._keepalive, session, event.session_timeout)
         nursery.start_soon(self._reports, session)
         for route in session.routes.values():
             for sock, is_rtcp in ((route.rtp_socket, False), (route.rtcp_socket, True)):
                 if sock is not None:
                     nursery.start_soon(self._receive_udp, route, sock, is_rtcp)
+
+    def _announce_connected(self, session: _Session) -> None:
+        self._announce = None
+        self._played = True
+        self._warned = False
+        assert self.target is not None
+        via = "TCP (interleaved)" if self.config.transport == "tcp" else "UDP"
+        self._event(info, f"connected to {self.target.display} ({session.codecs or 'no media'} over {via})")
 
     # ------------------------------------------------------------------ media
 
@@ -464,6 +472,8 @@ class RtspInputDriver:
                 self.media.on_rtcp(index, data, arrival)
                 return False
             self._last_media = trio.current_time()
+            if self._announce is not None:
+                self._announce_connected(self._announce)
             return self._deliver(self.media.on_rtp(index, data, arrival))
         except Exception as exc:  # the flow boundary: count and report, keep the session
             self.flow.internal_error("rtsp input", exc)

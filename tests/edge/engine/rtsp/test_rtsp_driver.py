@@ -194,6 +194,23 @@ async def test_no_media_reconnects_and_warns_once_per_outage(
         assert driver.connections == 2 and driver.state(0) == "reconnecting"
 
 
+async def test_a_camera_that_plays_but_never_sends_is_one_outage(
+    autojump_clock: trio.testing.MockClock, media: Media
+) -> None:
+    """PLAY answered, then no RTP: no "connected" (nothing came), and every retry belongs to the
+    same outage (one warning), not a connect/disconnect pair per attempt."""
+    silent = [Behaviour(media_packets=0) for _ in range(3)]
+    async with running(media, silent, timeout_secs=2, reconnect_delay_secs=3) as rig:
+        camera, driver, flow = rig.camera, rig.driver, rig.flow
+        await rig.until(lambda: len(camera.connections) >= 3 and camera.connections[2].closed_at is not None)
+        assert all(c.play_answered_at is not None for c in camera.connections[:3])
+        assert flow.warnings() == [
+            f"RTSP input: connection to {camera.url} failed (no media for 2 s); retrying every 3 s"
+        ]
+        assert not flow.infos() and not flow.ts
+        assert driver.connections == 3 and driver.state(0) == "reconnecting"
+
+
 async def test_the_tail_flushed_at_a_session_end_ends_a_batch(
     autojump_clock: trio.testing.MockClock, media: Media
 ) -> None:
