@@ -265,3 +265,16 @@ def test_a_property_test_can_fail() -> None:
             _compare_paths(pkts, [7], 4)
     finally:
         Tr101290Analyzer.feed_array = original  # type: ignore[method-assign]
+
+
+def test_a_pmt_whose_es_info_runs_past_the_section_is_refused() -> None:
+    """ES_info_length past the section's end, under a valid CRC (found by the HLS segmenter's
+    fuzz test: the descriptor walk read past the buffer and raised IndexError)."""
+    from services.edge.core.mux.ts_mux import _long_section
+
+    body = bytes((0xE1, 0x00, 0xF0, 0x00))  # PCR PID 0x100, program_info_length 0
+    body += bytes((0x1B, 0xE1, 0x00, 0xF0, 200))  # H.264 on 0x100, ES_info_length 200 (5 follow)
+    body += bytes((0x0A, 3)) + b"eng"  # one ISO 639 descriptor, then the section ends
+    section = _long_section(0x02, 1, body)
+    assert section_crc_ok(section)
+    assert parse_pmt(section) is None

@@ -216,6 +216,8 @@ def parse_pmt(section: bytes) -> Pmt | None:
         stream_type = section[p]
         pid = ((section[p + 1] & 0x1F) << 8) | section[p + 2]
         es_len = ((section[p + 3] & 0x0F) << 8) | section[p + 4]
+        if p + 5 + es_len > end:  # ES_info_length past the section (CRC may still be valid)
+            return None
         descs = _descriptors(section, p + 5, p + 5 + es_len)
         if descs is None:
             return None
