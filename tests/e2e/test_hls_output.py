@@ -6,7 +6,6 @@ Every wait is on a condition and bounded."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import threading
@@ -16,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.browser import CHROMIUM, IN_CI, WAIT_MS, need_chromium
+from tests.helpers.browser import CHROMIUM_ARGS as BROWSER_ARGS
 from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
 from tests.helpers.hls_check import (
     SegmentInfo,
@@ -33,21 +34,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.interop]
 FFMPEG = shutil.which("ffmpeg") or "/usr/bin/ffmpeg"
 ROOT = Path(__file__).resolve().parents[2]
 HLS_JS = ROOT / "build" / "vendor" / "npm" / "hls.js" / "dist" / "hls.min.js"
-CHROMIUM = Path(os.environ.get("MEDIAPLANE_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--autoplay-policy=no-user-gesture-required",
-]
-IN_CI = os.environ.get("CI", "").lower() == "true"
+CHROMIUM_ARGS = [*BROWSER_ARGS, "--autoplay-policy=no-user-gesture-required"]
 TOKEN = "hls-bearer-0123456789abcdef"
-WAIT_MS = 20_000
 PLAYER = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>hls</title></head>
 <body><video id="v" muted autoplay playsinline></video>
@@ -156,11 +144,7 @@ def check_stored(sink: HttpSink, prefix: str) -> tuple[list[Any], dict[str, Segm
 
 def play_in_chromium(sink: HttpSink) -> dict[str, Any]:
     """(c): hls.js in headless Chromium plays the live playlist for 4 s of media."""
-    if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
-        reason = f"Debian's chromium is not installed at {CHROMIUM}"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
+    need_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 
 from tests.helpers.edge import Edge, free_port, free_udp_port, running_edge, wait_for
+from tests.helpers.edge import create_flow as create
+from tests.helpers.edge import edge_events as events
+from tests.helpers.edge import flow_stats as stats
 from tests.helpers.media import UdpSink
+from tests.helpers.media import ts_decode_errors as decode_errors
 from tests.helpers.tools import need_tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.interop]
@@ -22,18 +26,6 @@ KEY = "s3cret-key"
 def edge(tmp_path: Path) -> Iterator[Edge]:
     with running_edge(tmp_path) as edge:
         yield edge
-
-
-def stats(edge: Edge, flow_id: str) -> dict[str, Any]:
-    with edge.client() as api:
-        data: dict[str, Any] = api.get(f"/api/v1/stats/{flow_id}").json()["data"]
-        return data
-
-
-def events(edge: Edge) -> list[dict[str, Any]]:
-    with edge.client() as api:
-        data: list[dict[str, Any]] = api.get("/api/v1/events", params={"limit": 500}).json()["data"]["events"]
-        return data
 
 
 def rtmp_flow(flow_id: str, port: int, out: int, **input_fields: Any) -> dict[str, Any]:
@@ -53,23 +45,6 @@ def publish(url: str, seconds: float = 4, *, tls: bool = False, log: Path | None
     args += ["-tls_verify", "0"] if tls else []
     stderr = log.open("wb") if log is not None else subprocess.DEVNULL
     return subprocess.Popen([*args, url], stdout=subprocess.DEVNULL, stderr=stderr)
-
-
-def decode_errors(ts: bytes, tmp_path: Path) -> str:
-    path = tmp_path / "out.ts"
-    path.write_bytes(ts)
-    run = subprocess.run(
-        [need_tool("ffmpeg"), "-nostdin", "-v", "error", "-f", "mpegts", "-i", str(path), "-f", "null", "-"],
-        capture_output=True,
-        timeout=60,
-    )
-    return run.stderr.decode(errors="replace") + ("" if run.returncode == 0 else f"exit {run.returncode}")
-
-
-def create(edge: Edge, flow: dict[str, Any]) -> None:
-    with edge.client() as api:
-        answer = api.post("/api/v1/flows", json=flow)
-        assert answer.status_code == 200, answer.text
 
 
 def check_publication(edge: Edge, tmp_path: Path, *, tls: bool) -> None:

@@ -19,7 +19,10 @@ import pytest
 from services.edge.core.mux import TsDemuxer
 from tests.helpers.certs import self_signed
 from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
-from tests.helpers.media import UdpSink
+from tests.helpers.edge import create_flow as create
+from tests.helpers.edge import edge_events as events
+from tests.helpers.edge import flow_stats as stats
+from tests.helpers.media import UdpSink, ts_decode_errors
 from tests.helpers.rtsp_server import GstRtspServer, need_gst_rtsp
 from tests.helpers.tools import need_tool
 
@@ -33,24 +36,6 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
     need_gst_rtsp()
     with running_edge(tmp_path) as edge:
         yield edge
-
-
-def stats(edge: Edge, flow_id: str) -> dict[str, Any]:
-    with edge.client() as api:
-        data: dict[str, Any] = api.get(f"/api/v1/stats/{flow_id}").json()["data"]
-        return data
-
-
-def events(edge: Edge) -> list[dict[str, Any]]:
-    with edge.client() as api:
-        data: list[dict[str, Any]] = api.get("/api/v1/events", params={"limit": 500}).json()["data"]["events"]
-        return data
-
-
-def create(edge: Edge, flow: dict[str, Any]) -> None:
-    with edge.client() as api:
-        answer = api.post("/api/v1/flows", json=flow)
-        assert answer.status_code == 200, answer.text
 
 
 def rtsp_flow(flow_id: str, url: str, out: int, **input_fields: Any) -> dict[str, Any]:
@@ -78,17 +63,10 @@ def ffprobe_streams(url: str, transport: str) -> dict[str, dict[str, Any]]:
 
 
 def decode_errors(ts: bytes, tmp_path: Path) -> str:
-    path = tmp_path / "out.ts"
-    path.write_bytes(ts)
     demux = TsDemuxer()
     demux.feed(ts)
     assert demux.stats.cc_errors == 0, demux.stats  # the capture itself lost nothing
-    run = subprocess.run(
-        [need_tool("ffmpeg"), "-nostdin", "-v", "error", "-f", "mpegts", "-i", str(path), "-f", "null", "-"],
-        capture_output=True,
-        timeout=60,
-    )
-    return run.stderr.decode(errors="replace") + ("" if run.returncode == 0 else f"exit {run.returncode}")
+    return ts_decode_errors(ts, tmp_path)
 
 
 def up_to_last_pat(ts: bytes) -> bytes:

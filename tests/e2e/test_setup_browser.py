@@ -15,7 +15,6 @@ under ``CI=true``, where a skip would be a silent pass (style.md 4).
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -24,35 +23,15 @@ import httpx
 import pytest
 
 from appliance.config.store import EdgeConfigStore
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, WAIT_MS
+from tests.helpers.browser import need_chromium as _need_chromium
 from tests.helpers.edge import Edge, auth_section, running_edge
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
-CHROMIUM = Path(os.environ.get("MEDIAPLANE_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-IN_CI = os.environ.get("CI", "").lower() == "true"
 OLD_URL = "wss://old-manager.example:8443/ws/node"
 NEW_URL = "wss://manager.example:8443/ws/node"
 SAVED = "Configuration saved. Restart mp-edge to apply the new settings."
-WAIT_MS = 20_000  # every browser-side wait is bounded (generous: 2 shared cores)
-
-
-def _need_chromium() -> None:
-    if CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK):
-        return
-    reason = f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)"
-    if IN_CI:
-        pytest.fail(f"{reason}; CI=true, where a skip would be a silent pass")
-    pytest.skip(reason)
 
 
 def _config() -> dict[str, Any]:

@@ -200,3 +200,24 @@ def udp_port_bound(port: int, host: str = "127.0.0.1") -> bool:
                 return True
             raise
     return False
+
+
+def flow_stats(edge: Edge, flow_id: str) -> dict[str, Any]:
+    """``GET /api/v1/stats/{flow_id}``'s data."""
+    with edge.client() as api:
+        data: dict[str, Any] = api.get(f"/api/v1/stats/{flow_id}").json()["data"]
+        return data
+
+
+def edge_events(edge: Edge) -> list[dict[str, Any]]:
+    """The newest 500 events of ``GET /api/v1/events``."""
+    with edge.client() as api:
+        data: list[dict[str, Any]] = api.get("/api/v1/events", params={"limit": 500}).json()["data"]["events"]
+        return data
+
+
+def create_flow(edge: Edge, flow: dict[str, Any]) -> None:
+    """``POST /api/v1/flows``, asserting a 200."""
+    with edge.client() as api:
+        answer = api.post("/api/v1/flows", json=flow)
+        assert answer.status_code == 200, answer.text

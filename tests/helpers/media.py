@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
 import threading
 import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 TS = 188
 VIDEO_PID = 0x100
@@ -137,3 +139,17 @@ class UdpSink:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def ts_decode_errors(ts: bytes, tmp_path: Path) -> str:
+    """What ``ffmpeg -v error`` says decoding ``ts`` (an MPEG-TS capture) to null: "" when clean."""
+    from tests.helpers.tools import need_tool
+
+    path = tmp_path / "out.ts"
+    path.write_bytes(ts)
+    run = subprocess.run(
+        [need_tool("ffmpeg"), "-nostdin", "-v", "error", "-f", "mpegts", "-i", str(path), "-f", "null", "-"],
+        capture_output=True,
+        timeout=60,
+    )
+    return run.stderr.decode(errors="replace") + ("" if run.returncode == 0 else f"exit {run.returncode}")

@@ -41,6 +41,7 @@ from appliance.models.stats import OutputCounters
 from services.edge.core.hls import HlsSegmenter, MediaPlaylist, Segment, display_url, file_url, segment_name
 from services.edge.core.ts.packet import TS_PACKET_SIZE
 from services.edge.engine.kinds.base import FlowPort
+from services.edge.engine.kinds.offered import OfferedTs
 
 _log = logging.getLogger("mediaplane.engine")
 
@@ -95,10 +96,7 @@ class HlsOutputDriver:
         self.segmenter = HlsSegmenter(config.segment_duration_secs)
         self.playlist = MediaPlaylist(config.segment_duration_secs, config.max_segments)
         self._budget = upload_budget(config.segment_duration_secs)
-        self._queue: deque[bytes | None] = deque()  # None: offered TS was dropped here
-        self._queued_bytes = 0
-        self._gap_marked = False
-        self._ready = trio.Event()
+        self.offered = OfferedTs(QUEUE_MAX_BYTES)
         self._pending: deque[_Pending] = deque()
         self._pending_limit = pending_limit(config.segment_duration_secs)
         self._next_discontinuity = False
@@ -124,21 +122,12 @@ class HlsOutputDriver:
         """Queue the TS for the segment task; never waits (a full queue drops, counted)."""
         if self._closed:
             return
-        size = len(payload)
-        if self._queued_bytes + size > QUEUE_MAX_BYTES:
-            self.packets_dropped += max(1, size // TS_PACKET_SIZE)
-            if not self._gap_marked:
-                self._queue.append(None)
-                self._gap_marked = True
-            return
-        self._gap_marked = False
-        self._queue.append(bytes(payload))
-        self._queued_bytes += size
+        if not self.offered.put(payload):
+            self.packets_dropped += max(1, len(payload) // TS_PACKET_SIZE)
 
     def flush(self) -> None:
         """Wake the segment task once per input batch."""
-        if self._queue:
-            self._ready.set()
+        self.offered.wake()
 
     def slot_layout(self, header_len: int, size: int) -> tuple[int, int] | None:
         return None  # segments are made here from the raw TS
@@ -148,8 +137,7 @@ class HlsOutputDriver:
 
     def close(self) -> None:
         self._closed = True
-        self._queue.clear()
-        self._queued_bytes = 0
+        self.offered.clear()
         self._scope.cancel()
 
     def counters(self) -> OutputCounters:
@@ -184,17 +172,15 @@ class HlsOutputDriver:
     # ------------------------------------------------------------------ segmenting
 
     async def _segment_loop(self) -> None:
-        queue = self._queue
+        offered = self.offered
         while True:
-            await self._ready.wait()
-            self._ready = trio.Event()
-            while queue:
-                for _ in range(min(len(queue), SEGMENT_BATCH)):
-                    chunk = queue.popleft()
+            await offered.wait()
+            while offered.chunks:
+                for _ in range(min(len(offered.chunks), SEGMENT_BATCH)):
+                    chunk = offered.pop()
                     if chunk is None:
                         self.segmenter.gap()
                         continue
-                    self._queued_bytes -= len(chunk)
                     for segment in self.segmenter.feed(chunk):
                         self._hand_over(segment)
                 self._count_segmenter_drops()

@@ -21,8 +21,6 @@ log line, event or state text (every text is passed through ``redact``).
 from __future__ import annotations
 
 import logging
-import ssl
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -44,6 +42,8 @@ from services.edge.core.rtmp import (
     VideoTag,
 )
 from services.edge.engine.kinds.base import FlowPort
+from services.edge.engine.kinds.dial import DialError, dial
+from services.edge.engine.kinds.offered import OfferedTs
 from services.edge.engine.udp import FlowStartError
 
 _log = logging.getLogger("mediaplane.engine")
@@ -116,13 +116,9 @@ class RtmpOutputDriver:
         self.state = "connecting"
         self.packets_sent = 0  # TS datagrams handed to the converter on a live connection
         self.bytes_sent = 0  # octets written to the connection (RTMP, before TLS)
-        self.packets_dropped = 0  # TS datagrams dropped by a full queue
         self.connections = 0
-        self._queue: deque[bytes | None] = deque()  # None: datagrams were dropped here
-        self._gap_marked = False
-        self._queued_bytes = 0
+        self.offered = OfferedTs(QUEUE_MAX_BYTES)  # a gap in it: the converter resumes at a keyframe
         self._accepting = False  # only a publishing connection queues: a new one starts at a keyframe
-        self._ready = trio.Event()
         self._writing = False
         self._scope = trio.CancelScope()
 
@@ -138,21 +134,11 @@ class RtmpOutputDriver:
         """Queue the TS for the push task; never waits (a full queue drops the datagram, counted)."""
         if not self._accepting:
             return
-        size = len(payload)
-        if self._queued_bytes + size > QUEUE_MAX_BYTES:
-            self.packets_dropped += 1
-            if not self._gap_marked:
-                self._queue.append(None)  # where the loss is: the converter resumes at a keyframe
-                self._gap_marked = True
-            return
-        self._gap_marked = False
-        self._queue.append(bytes(payload))
-        self._queued_bytes += size
+        self.offered.put(payload)
 
     def flush(self) -> None:
         """Wake the push task once per input batch."""
-        if self._queue:
-            self._ready.set()
+        self.offered.wake()
 
     def slot_layout(self, header_len: int, size: int) -> tuple[int, int] | None:
         return None  # RTMP messages are made here from demuxed TS
@@ -170,7 +156,7 @@ class RtmpOutputDriver:
             state=self.state,
             packets_sent=self.packets_sent,
             bytes_sent=self.bytes_sent,
-            packets_dropped=self.packets_dropped,
+            packets_dropped=self.offered.dropped_datagrams,  # TS datagrams dropped by a full queue
         )
 
     # ------------------------------------------------------------------ texts
@@ -227,27 +213,13 @@ class RtmpOutputDriver:
 
     def _stop_accepting(self) -> None:
         self._accepting = False
-        self._queue.clear()
-        self._queued_bytes = 0
-        self._gap_marked = False
+        self.offered.clear()
 
     async def _open(self) -> trio.abc.Stream:
-        target = self.target
         try:
-            tcp = await trio.open_tcp_stream(target.host, target.port)
-        except OSError as exc:
-            raise RtmpPushError(f"TCP connect failed: {exc.strerror or exc}") from None
-        if not target.tls:
-            return tcp
-        context = ssl.create_default_context()  # the system CA store (SSL_CERT_FILE/DIR honoured)
-        stream = trio.SSLStream(tcp, context, server_hostname=target.host, https_compatible=True)
-        try:
-            await stream.do_handshake()
-        except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
-            await trio.aclose_forcefully(tcp)
-            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
-            detail = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause)
-            raise RtmpPushError(f"TLS handshake failed: {detail}") from None
+            stream, _ = await dial(self.target.host, self.target.port, tls=self.target.tls)
+        except DialError as exc:
+            raise RtmpPushError(str(exc)) from None
         return stream
 
     async def _push_once(self) -> tuple[bool, str]:
@@ -343,18 +315,16 @@ class RtmpOutputDriver:
     async def _send_loop(
         self, stream: trio.abc.Stream, client: RtmpClientConnection, converter: TsToFlv, lock: trio.StrictFIFOLock
     ) -> None:
-        queue = self._queue
+        offered = self.offered
         while True:
-            await self._ready.wait()
-            self._ready = trio.Event()
-            while queue:
+            await offered.wait()
+            while offered.chunks:
                 # Convert what is queued (at most a bounded batch), then one write for all of it.
-                for _ in range(min(len(queue), BATCH_DATAGRAMS)):
-                    chunk = queue.popleft()
+                for _ in range(min(len(offered.chunks), BATCH_DATAGRAMS)):
+                    chunk = offered.pop()
                     if chunk is None:
                         converter.gap()
                         continue
-                    self._queued_bytes -= len(chunk)
                     self.packets_sent += 1
                     self._send_tags(client, converter.feed(chunk))
                 async with lock:

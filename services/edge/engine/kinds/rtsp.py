@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import secrets
 import socket
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from services.edge.core.rtsp import (
     TrackReady,
 )
 from services.edge.engine.kinds.base import FlowPort
+from services.edge.engine.kinds.dial import DialError, dial
 from services.edge.engine.udp import FlowStartError
 
 _log = logging.getLogger("mediaplane.engine")
@@ -253,22 +253,10 @@ class RtspInputDriver:
         target = self.target
         assert target is not None
         try:
-            tcp = await trio.open_tcp_stream(target.host, target.port)
-        except OSError as exc:
-            raise RtspSessionError(f"TCP connect failed: {exc.strerror or exc}") from None
-        server_ip, local_ip = tcp.socket.getpeername()[0], tcp.socket.getsockname()[0]
-        if not target.tls:
-            return tcp, server_ip, local_ip
-        context = ssl.create_default_context()  # the system CA store (SSL_CERT_FILE/DIR honoured)
-        stream = trio.SSLStream(tcp, context, server_hostname=target.host, https_compatible=True)
-        try:
-            await stream.do_handshake()
-        except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
-            await trio.aclose_forcefully(tcp)
-            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
-            detail = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause)
-            raise RtspSessionError(f"TLS handshake failed: {detail}") from None
-        return stream, server_ip, local_ip
+            stream, tcp = await dial(target.host, target.port, tls=target.tls)
+        except DialError as exc:
+            raise RtspSessionError(str(exc)) from None
+        return stream, tcp.socket.getpeername()[0], tcp.socket.getsockname()[0]
 
     async def _session(self) -> None:
         """One session: connect, DESCRIBE/SETUP/PLAY within ``timeout_secs``, then receive until
