@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from services.edge.core.analysis import FlowAnalysis
+from services.edge.core.mux.ts_mux import NULL_PACKET
 
 from .conftest import Feeder
 from .tsbuild import Mux, chunk, es_packet, pat_section, pmt_section, psi_packet, section, ts_packet
@@ -145,8 +146,10 @@ def timed_stream(
     pts_gap: tuple[float, float] | None = None,
     audio_gap: tuple[float, float] | None = None,
     pcr_jitter_ticks: dict[int, int] | None = None,
+    null_stuffing: bool = True,
 ) -> tuple[list[bytes], list[float]]:
-    """Datagrams of 7 packets every 10 ms; PCR ticks follow the packet index exactly (CBR)."""
+    """Datagrams of 7 packets every 10 ms, filled up with null packets; PCR ticks follow the packet
+    index exactly (CBR)."""
     mux = Mux()
     datagrams: list[bytes] = []
     times: list[float] = []
@@ -180,7 +183,7 @@ def timed_stream(
         if not inside(audio_gap, t):
             pkts.append(mux.audio())
         while len(pkts) < 7:
-            pkts.append(mux.video())
+            pkts.append(NULL_PACKET if null_stuffing else mux.video())  # a constant-rate mux stuffs
         index += 7
         datagrams.append(b"".join(pkts))
         times.append(t)
@@ -219,6 +222,16 @@ def test_pcr_repetition_and_accuracy(analysis_feed: Feeder) -> None:
     tr = run_timed(analysis_feed, *timed_stream(3.0, pcr_jitter_ticks={30: 13, 50: 15, 60: -15}))
     assert tr["pcr_accuracy_errors"] == 2
     assert errors(tr) == {"pcr_accuracy_errors": 2}
+
+
+def test_pcr_accuracy_is_judged_only_on_a_constant_rate_mux(analysis_feed: Feeder) -> None:
+    """Without null packets the TS is VBR (FFmpeg's default, RTMP/RTSP ingest): each PCR pair
+    sets the rate between them, so there is no byte clock to be 500 ns off (a VBR camera flow
+    was 'Warning' for ever: ~18 PCR accuracy errors a second)."""
+    jitter = {30: 40, 50: -40, 60: 40}
+    assert run_timed(analysis_feed, *timed_stream(3.0, pcr_jitter_ticks=jitter))["pcr_accuracy_errors"] == 3
+    vbr = run_timed(analysis_feed, *timed_stream(3.0, pcr_jitter_ticks=jitter, null_stuffing=False))
+    assert errors(vbr) == {}
 
 
 def test_pts_error_after_700ms(analysis_feed: Feeder) -> None:

@@ -929,7 +929,10 @@ class Tr101290Analyzer:
             if span < _PCR_ACCURACY_MIN_SPAN:
                 st.fit_pcr = pcr
                 st.fit_index = index
-            elif index > st.fit_index:
+            elif index > st.fit_index and (self._counts_py[NULL_PID] or self._counts_np[NULL_PID]):
+                # Only a constant-rate multiplex (one that stuffs with null packets, ISO/IEC
+                # 13818-1 §2.4.2.2) has a byte clock to judge against: in a VBR TS (FFmpeg's
+                # default, RTMP/RTSP ingest) each PCR pair defines the rate between them.
                 # §5.2.2 2.4 PCR_accuracy_error: the PCR against the stream's own clock, i.e.
                 # the byte rate measured between earlier PCRs of this PID (ISO/IEC 13818-1
                 # §2.4.2.2: the transport rate between PCRs), extrapolated to this packet.
