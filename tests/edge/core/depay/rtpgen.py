@@ -1,7 +1,8 @@
 """Test-side RTP packetisers fed with real encoder output (ffmpeg -> TS -> TsDemuxer access units).
 
-The packetisers follow the sender rules of RFC 6184 (single NAL, STAP-A for the parameter
-sets, FU-A above the MTU), RFC 7798 (single NAL, AP, FU), RFC 3640 AAC-hbr (several AUs per
+The video payloads are the edge's own packetiser (``services/edge/core/pay``: RFC 6184 single
+NAL, STAP-A for the parameter sets, FU-A above the MTU; RFC 7798 single NAL, AP, FU); the
+audio ones follow RFC 3640 AAC-hbr (several AUs per
 packet, a large AU fragmented) and RFC 6416 (one AudioMuxElement per frame, cpresent=0).
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from services.edge.core.mux import TsDemuxer, build_asc, chunk_datagrams, parse_adts
 from services.edge.core.mux.codec import AacConfig, split_annexb
 from services.edge.core.mux.units import AccessUnit
+from services.edge.core.pay import video_payloads
 from services.edge.core.rtp import build_rtp_header
 from tests.helpers.tools import need_tool
 
@@ -67,48 +69,13 @@ def hevc_type(nal: bytes) -> int:
 
 
 def h264_payloads(au: bytes, mtu: int = MTU) -> list[bytes]:
-    """RFC 6184 packetization-mode 1: AUD dropped, SPS+PPS(+SEI) as one STAP-A, FU-A above ``mtu``."""
-    nals = [n for n in split_annexb(au) if h264_type(n) != 9]
-    out: list[bytes] = []
-    small = [n for n in nals if h264_type(n) in (7, 8)]
-    if small:
-        nri = max(n[0] & 0x60 for n in small)
-        out.append(bytes([nri | 24]) + b"".join(len(n).to_bytes(2, "big") + n for n in small))
-    for nal in nals:
-        if h264_type(nal) in (7, 8):
-            continue
-        if len(nal) <= mtu:
-            out.append(nal)
-            continue
-        indicator = (nal[0] & 0xE0) | 28
-        body = nal[1:]
-        chunks = [body[i : i + mtu] for i in range(0, len(body), mtu)]
-        for i, chunk in enumerate(chunks):
-            fu = (0x80 if i == 0 else 0) | (0x40 if i == len(chunks) - 1 else 0) | h264_type(nal)
-            out.append(bytes([indicator, fu]) + chunk)
-    return out
+    """RFC 6184 packetization-mode 1, by the edge's own packetiser (``core.pay``)."""
+    return video_payloads("h264", au, mtu)
 
 
 def hevc_payloads(au: bytes, mtu: int = MTU) -> list[bytes]:
-    """RFC 7798: AUD dropped, VPS+SPS+PPS as one AP, FU above ``mtu``."""
-    nals = [n for n in split_annexb(au) if hevc_type(n) != 35]
-    out: list[bytes] = []
-    sets = [n for n in nals if hevc_type(n) in (32, 33, 34)]
-    if sets:
-        out.append(bytes([48 << 1, 1]) + b"".join(len(n).to_bytes(2, "big") + n for n in sets))
-    for nal in nals:
-        if hevc_type(nal) in (32, 33, 34):
-            continue
-        if len(nal) <= mtu:
-            out.append(nal)
-            continue
-        header = bytes([(nal[0] & 0x81) | (49 << 1), nal[1]])
-        body = nal[2:]
-        chunks = [body[i : i + mtu] for i in range(0, len(body), mtu)]
-        for i, chunk in enumerate(chunks):
-            fu = (0x80 if i == 0 else 0) | (0x40 if i == len(chunks) - 1 else 0) | hevc_type(nal)
-            out.append(header + bytes([fu]) + chunk)
-    return out
+    """RFC 7798, by the edge's own packetiser (``core.pay``)."""
+    return video_payloads("hevc", au, mtu)
 
 
 def sprop_h264(src: Source) -> dict[str, str]:
