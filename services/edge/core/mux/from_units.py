@@ -38,14 +38,9 @@ from .codec import VideoCodec
 from .from_flv import DATAGRAM_SIZE, TS_PACKET_SIZE, WAIT_MS
 from .ts_mux import (
     NULL_PACKET,
-    STREAM_TYPE_AAC_ADTS,
-    STREAM_TYPE_H264,
-    STREAM_TYPE_HEVC,
     DatagramPacker,
     MuxConfig,
     TsMuxer,
-    pat_section,
-    pmt_section,
 )
 from .units import AccessUnit, StreamKind
 
@@ -189,14 +184,11 @@ class UnitsToTs:
         config = replace(t, video_codec=video, audio_codec=audio, video_pid=video_pid)
         if video is not None:
             self._last_video = (video_pid, video)
-        muxer = TsMuxer(config)
-        if self._muxer is not None:
-            # ISO/IEC 13818-1 §2.4.4.5 / §2.4.4.9: a changed PAT/PMT takes a new version_number;
-            # §2.4.3.3: the continuity counters of the PIDs that go on keep counting.
+        if self._muxer is None:
+            muxer = TsMuxer(config)
+        else:  # a new program on the same stream: new table version, counters go on
             self._version = (self._version + 1) & 0x1F
-            muxer._pat = pat_section(config.transport_stream_id, config.program_number, config.pmt_pid, self._version)
-            muxer._pmt = pmt_section(config.program_number, config.effective_pcr_pid, _streams(config), self._version)
-            muxer._cc = dict(self._muxer._cc)
+            muxer = TsMuxer(config, version=self._version, continuity=self._muxer.continuity)
         self._muxer = muxer
         self.program = program
         self.stats.programs += 1
@@ -232,16 +224,6 @@ class UnitsToTs:
             else:
                 self.stats.audio_units += 1
         return out
-
-
-def _streams(config: MuxConfig) -> list[tuple[int, int]]:
-    """(stream_type, PID) of a program, as :class:`TsMuxer` lists them in its PMT."""
-    streams: list[tuple[int, int]] = []
-    if config.video_codec is not None:
-        streams.append((STREAM_TYPE_H264 if config.video_codec == "h264" else STREAM_TYPE_HEVC, config.video_pid))
-    if config.audio_codec is not None:
-        streams.append((STREAM_TYPE_AAC_ADTS, config.audio_pid))
-    return streams
 
 
 __all__ = ["HOLD", "MAX_PENDING", "WAIT", "UnitsToTs", "UnitsToTsStats"]

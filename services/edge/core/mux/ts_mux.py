@@ -227,7 +227,13 @@ class TsMuxer:
     empty (at least the unit's PES; tables, PCR-only and CBR null packets come before it).
     """
 
-    def __init__(self, config: MuxConfig | None = None) -> None:
+    def __init__(
+        self, config: MuxConfig | None = None, *, version: int = 0, continuity: dict[int, int] | None = None
+    ) -> None:
+        """``version``: the PAT/PMT version_number; ``continuity``: the counters to go on from
+        (``previous.continuity`` when a new program replaces a muxer's on one stream: a changed
+        PAT/PMT takes a new version, §2.4.4.5/§2.4.4.9, and the PIDs that go on keep counting,
+        §2.4.3.3)."""
         self.config = cfg = config if config is not None else MuxConfig()
         self.stats = MuxStats()
         self._pcr_pid = cfg.effective_pcr_pid
@@ -236,9 +242,9 @@ class TsMuxer:
             streams.append((STREAM_TYPE_H264 if cfg.video_codec == "h264" else STREAM_TYPE_HEVC, cfg.video_pid))
         if cfg.audio_codec is not None:
             streams.append((STREAM_TYPE_AAC_ADTS, cfg.audio_pid))
-        self._pat = pat_section(cfg.transport_stream_id, cfg.program_number, cfg.pmt_pid)
-        self._pmt = pmt_section(cfg.program_number, self._pcr_pid, streams)
-        self._cc: dict[int, int] = {}
+        self._pat = pat_section(cfg.transport_stream_id, cfg.program_number, cfg.pmt_pid, version & 0x1F)
+        self._pmt = pmt_section(cfg.program_number, self._pcr_pid, streams, version & 0x1F)
+        self._cc: dict[int, int] = dict(continuity or {})
         self._headers: dict[int, list[bytes]] = {}
         self._clock: int | None = None  # unwrapped DTS of the last unit (90 kHz)
         self._last_raw = 0
@@ -288,6 +294,11 @@ class TsMuxer:
     def pmt(self) -> bytes:
         """The PMT section this muxer sends."""
         return self._pmt
+
+    @property
+    def continuity(self) -> dict[int, int]:
+        """The last continuity_counter per PID (a copy), for a muxer that takes over."""
+        return dict(self._cc)
 
     # -- internals ----------------------------------------------------------------------------
 
