@@ -37,11 +37,9 @@ import trio
 
 from appliance.models.config import HlsOutput
 from appliance.models.events import Event, EventCategory, critical, info, warning
-from appliance.models.stats import OutputCounters
 from services.edge.core.hls import HlsSegmenter, MediaPlaylist, Segment, display_url, file_url, segment_name
-from services.edge.core.ts.packet import TS_PACKET_SIZE
 from services.edge.engine.kinds.base import FlowPort
-from services.edge.engine.kinds.offered import OfferedTs
+from services.edge.engine.kinds.offered import OfferedTs, OfferedTsOutput
 
 _log = logging.getLogger("mediaplane.engine")
 
@@ -77,7 +75,7 @@ class UploadFailed(Exception):
     """One file could not be uploaded; the text is safe to show (no token, no query, no body)."""
 
 
-class HlsOutputDriver:
+class HlsOutputDriver(OfferedTsOutput):
     """An ``hls`` output: segments the flow's TS and uploads segments and playlist."""
 
     def __init__(self, config: HlsOutput, flow: FlowPort) -> None:
@@ -90,7 +88,7 @@ class HlsOutputDriver:
         self.state = "waiting"
         self.packets_sent = 0  # 188-byte packets in uploaded segments
         self.bytes_sent = 0  # octets of uploaded segments and playlists
-        self.packets_dropped = 0  # queue overflow, segments dropped by the segmenter or skipped
+        self.packets_dropped = 0  # in segments the segmenter dropped or the uploader skipped
         self.segments_uploaded = 0
         self.segments_skipped = 0
         self.segmenter = HlsSegmenter(config.segment_duration_secs)
@@ -122,32 +120,15 @@ class HlsOutputDriver:
         """Queue the TS for the segment task; never waits (a full queue drops, counted)."""
         if self._closed:
             return
-        if not self.offered.put(payload):
-            self.packets_dropped += max(1, len(payload) // TS_PACKET_SIZE)
-
-    def flush(self) -> None:
-        """Wake the segment task once per input batch."""
-        self.offered.wake()
-
-    def slot_layout(self, header_len: int, size: int) -> tuple[int, int] | None:
-        return None  # segments are made here from the raw TS
-
-    def send_slots(self, buffer: bytearray, offset: int, stride: int, length: int, count: int) -> None:
-        raise AssertionError("slot_layout is None: the flow offers instead")
+        self.offered.put(payload)
 
     def close(self) -> None:
         self._closed = True
         self.offered.clear()
         self._scope.cancel()
 
-    def counters(self) -> OutputCounters:
-        return OutputCounters(
-            output_id=self.output_id,
-            state=self.state,
-            packets_sent=self.packets_sent,
-            bytes_sent=self.bytes_sent,
-            packets_dropped=self.packets_dropped,
-        )
+    def dropped(self) -> int:
+        return self.offered.dropped_packets + self.packets_dropped
 
     # ------------------------------------------------------------------ texts
 

@@ -12,6 +12,7 @@ from collections import deque
 
 import trio
 
+from appliance.models.stats import OutputCounters
 from services.edge.core.ts.packet import TS_PACKET_SIZE
 
 
@@ -66,4 +67,42 @@ class OfferedTs:
         self._gap_marked = False
 
 
-__all__ = ["OfferedTs"]
+class OfferedTsOutput:
+    """The flow's side of an output that makes its own packets from offered TS: ``flush`` wakes
+    its task, it takes no receive slots, and its counters add what the queue dropped.
+
+    A subclass sets ``output_id``, ``state``, ``packets_sent``, ``bytes_sent`` and ``offered``,
+    and says in ``dropped()`` what ``packets_dropped`` counts.
+    """
+
+    output_id: str
+    state: str
+    packets_sent: int
+    bytes_sent: int
+    offered: OfferedTs
+
+    def flush(self) -> None:
+        """Wake the output's task once per input batch."""
+        self.offered.wake()
+
+    def slot_layout(self, header_len: int, size: int) -> tuple[int, int] | None:
+        return None  # the packets are made here from the offered TS
+
+    def send_slots(self, buffer: bytearray, offset: int, stride: int, length: int, count: int) -> None:
+        raise AssertionError("slot_layout is None: the flow offers instead")
+
+    def dropped(self) -> int:
+        """``packets_dropped``: by default the TS packets a full queue refused."""
+        return self.offered.dropped_packets
+
+    def counters(self) -> OutputCounters:
+        return OutputCounters(
+            output_id=self.output_id,
+            state=self.state,
+            packets_sent=self.packets_sent,
+            bytes_sent=self.bytes_sent,
+            packets_dropped=self.dropped(),
+        )
+
+
+__all__ = ["OfferedTs", "OfferedTsOutput"]

@@ -31,7 +31,6 @@ import trio
 
 from appliance.models.config import RtmpOutput
 from appliance.models.events import Event, EventCategory, critical, info, warning
-from appliance.models.stats import OutputCounters
 from services.edge.core.mux.to_flv import FlvTag, TsToFlv
 from services.edge.core.rtmp import (
     ConnectionClosed,
@@ -43,7 +42,7 @@ from services.edge.core.rtmp import (
 )
 from services.edge.engine.kinds.base import FlowPort
 from services.edge.engine.kinds.dial import DialError, dial
-from services.edge.engine.kinds.offered import OfferedTs
+from services.edge.engine.kinds.offered import OfferedTs, OfferedTsOutput
 from services.edge.engine.udp import FlowStartError
 
 _log = logging.getLogger("mediaplane.engine")
@@ -101,7 +100,7 @@ def parse_target(dest_url: str) -> RtmpTarget:
     return RtmpTarget(scheme, host, port, app, tc_url)
 
 
-class RtmpOutputDriver:
+class RtmpOutputDriver(OfferedTsOutput):
     """An ``rtmp`` output: one push connection, reconnected after ``reconnect_delay_secs``."""
 
     def __init__(self, config: RtmpOutput, flow: FlowPort) -> None:
@@ -136,28 +135,12 @@ class RtmpOutputDriver:
             return
         self.offered.put(payload)
 
-    def flush(self) -> None:
-        """Wake the push task once per input batch."""
-        self.offered.wake()
-
-    def slot_layout(self, header_len: int, size: int) -> tuple[int, int] | None:
-        return None  # RTMP messages are made here from demuxed TS
-
-    def send_slots(self, buffer: bytearray, offset: int, stride: int, length: int, count: int) -> None:
-        raise AssertionError("slot_layout is None: the flow offers instead")
-
     def close(self) -> None:
         self._accepting = False
         self._scope.cancel()
 
-    def counters(self) -> OutputCounters:
-        return OutputCounters(
-            output_id=self.output_id,
-            state=self.state,
-            packets_sent=self.packets_sent,
-            bytes_sent=self.bytes_sent,
-            packets_dropped=self.offered.dropped_datagrams,  # TS datagrams dropped by a full queue
-        )
+    def dropped(self) -> int:
+        return self.offered.dropped_datagrams  # datagrams, as ``packets_sent`` counts them
 
     # ------------------------------------------------------------------ texts
 
