@@ -6,7 +6,7 @@ upload URL. The trio driver is ``services.edge.engine.kinds.hls_output``; see do
 """
 
 from .playlist import VERSION, MediaPlaylist, PlaylistEntry, segment_name
-from .segmenter import HlsSegmenter, Segment, SegmenterStats, section_packets
+from .segmenter import HlsSegmenter, Segment, SegmenterStats
 from .target import FILE_PLACEHOLDER, display_url, file_url
 
 __all__ = [
@@ -19,6 +19,5 @@ __all__ = [
     "SegmenterStats",
     "display_url",
     "file_url",
-    "section_packets",
     "segment_name",
 ]

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from services.edge.core.mux.codec import VideoCodec, annexb_keyframe, iter_adts
-from services.edge.core.mux.ts_mux import pat_section, pes_header
+from services.edge.core.mux.ts_mux import pat_section, pes_header, section_packets
+from services.edge.core.mux.units import ts_delta
 from services.edge.core.ts.packet import (
     NULL_PID,
     PAT_PID,
@@ -111,27 +112,6 @@ class SegmenterStats:
     segments_dropped: int = 0  # too long or too big without a cut point, or cut by ``gap()``
     packets_dropped: int = 0  # the packets of the dropped segments
     timestamp_discontinuities: int = 0
-
-
-def _pts_delta(later: int, earlier: int) -> int:
-    """``later - earlier`` in 90 kHz ticks across the 33-bit wrap, in [-2^32, 2^32)."""
-    delta = (later - earlier) % PTS_WRAP
-    return delta - PTS_WRAP if delta >= PTS_WRAP // 2 else delta
-
-
-def section_packets(pid: int, section: bytes, cc: int) -> tuple[bytes, int]:
-    """``section`` as TS packets on ``pid`` (pointer_field 0, stuffed with 0xFF, §2.4.4.2), and
-    the next continuity counter."""
-    out = bytearray()
-    data = b"\x00" + section
-    first = True
-    while data or first:
-        chunk, data = data[:184], data[184:]
-        out += bytes((SYNC_BYTE, (0x40 if first else 0) | (pid >> 8), pid & 0xFF, 0x10 | cc))
-        out += chunk + b"\xff" * (184 - len(chunk))
-        cc = (cc + 1) & 0x0F
-        first = False
-    return bytes(out), cc
 
 
 class _Tail:
@@ -325,7 +305,7 @@ class HlsSegmenter:
                 if pkt[1] & 0x40:  # a PES start: before the cut (still the old segment) or not
                     start = payload_offset(pkt, 0)
                     pts = pes_pts(pkt, start, TS_PACKET_SIZE) if start is not None else None
-                    route = pts is not None and _pts_delta(pts, tail.boundary) < 0
+                    route = pts is not None and ts_delta(pts, tail.boundary) < 0
                     if not route:
                         del tail.routes[pid]
                 if route:
@@ -364,7 +344,7 @@ class HlsSegmenter:
 
     @staticmethod
     def _before(pts: int | None, boundary: int) -> bool:
-        return pts is not None and _pts_delta(pts, boundary) < 0
+        return pts is not None and ts_delta(pts, boundary) < 0
 
     def _place(self, pid: int, track: _AacTrack) -> None:
         """Put the assembled PES where its time belongs, split at the cut when it spans one."""
@@ -537,14 +517,14 @@ class HlsSegmenter:
             keyframe = False
         self._probe = None
         pts = probe.pts
-        if pts is not None and self._tail is not None and _pts_delta(pts, self._tail.boundary) > _TAIL_MAX_TICKS:
+        if pts is not None and self._tail is not None and ts_delta(pts, self._tail.boundary) > _TAIL_MAX_TICKS:
             self._flush_tail(out)
         if pts is not None and self._start_pts is not None:
             self._check_timeline(pts, keyframe, out)
         if keyframe and pts is not None and self._is_cut(pts):
             self._cut(pts, out)
         elif pts is not None and self._start_pts is not None:
-            if self._last_pts is None or _pts_delta(pts, self._last_pts) > 0:
+            if self._last_pts is None or ts_delta(pts, self._last_pts) > 0:
                 self._last_pts = pts  # the latest presentation time (B pictures come out of order)
         for pkt in probe.held:
             self._append(pkt)
@@ -552,9 +532,9 @@ class HlsSegmenter:
     def _check_timeline(self, pts: int, keyframe: bool, out: list[Segment]) -> None:
         """End the segment at a timestamp discontinuity or drop it when it is too long."""
         assert self._start_pts is not None
-        elapsed = _pts_delta(pts, self._start_pts)
+        elapsed = ts_delta(pts, self._start_pts)
         if self._last_pts is not None:
-            step = _pts_delta(pts, self._last_pts)
+            step = ts_delta(pts, self._last_pts)
             if 0 < step <= PTS_HZ:
                 self._frame_ticks = step
         # Leading pictures (HEVC RASL, §8.1) may be a little earlier than the segment's start.
@@ -563,7 +543,7 @@ class HlsSegmenter:
             # RFC 8216 §4.3.2.3: a new timestamp sequence. End here with what was seen.
             self.stats.timestamp_discontinuities += 1
             last = self._last_pts if self._last_pts is not None else self._start_pts
-            ticks = _pts_delta(last, self._start_pts) + self._frame_ticks
+            ticks = ts_delta(last, self._start_pts) + self._frame_ticks
             self._flush_tail(out)
             self._emit(max(ticks, 1) / PTS_HZ, out)
             self._discontinuity = True
@@ -574,12 +554,12 @@ class HlsSegmenter:
     def _is_cut(self, pts: int) -> bool:
         if self._start_pts is None:
             return self._pmt_section is not None
-        return _pts_delta(pts, self._start_pts) >= self._target_ticks
+        return ts_delta(pts, self._start_pts) >= self._target_ticks
 
     def _cut(self, pts: int, out: list[Segment]) -> None:
         self._flush_tail(out)
         if self._start_pts is not None:
-            duration = _pts_delta(pts, self._start_pts) / PTS_HZ
+            duration = ts_delta(pts, self._start_pts) / PTS_HZ
             tail = _Tail(self._current, duration, self._sequence, self._discontinuity, pts)
             tail.routes = dict.fromkeys(self._others, True)
             self._sequence += 1
@@ -621,4 +601,4 @@ class HlsSegmenter:
         self._last_pts = None
 
 
-__all__ = ["HlsSegmenter", "Segment", "SegmenterStats", "section_packets"]
+__all__ = ["HlsSegmenter", "Segment", "SegmenterStats"]

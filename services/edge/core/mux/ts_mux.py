@@ -177,6 +177,21 @@ def pmt_section(program_number: int, pcr_pid: int, streams: list[tuple[int, int]
     return _long_section(0x02, program_number, bytes(body), version)
 
 
+def section_packets(pid: int, section: bytes, cc: int) -> tuple[bytes, int]:
+    """``section`` as TS packets on ``pid`` (pointer_field 0, stuffed with 0xFF, §2.4.4.2), and
+    the next continuity counter."""
+    out = bytearray()
+    data = b"\x00" + section
+    first = True
+    while data or first:
+        chunk, data = data[:TS_PAYLOAD_SIZE], data[TS_PAYLOAD_SIZE:]
+        out += bytes((0x47, (0x40 if first else 0) | (pid >> 8), pid & 0xFF, 0x10 | cc))
+        out += chunk + b"\xff" * (TS_PAYLOAD_SIZE - len(chunk))
+        cc = (cc + 1) & 0x0F
+        first = False
+    return bytes(out), cc
+
+
 def chunk_datagrams(packets: bytes | bytearray, per: int = DATAGRAM_PACKETS) -> list[bytes]:
     """Split concatenated TS packets into datagrams of ``per`` packets (the last may be shorter)."""
     size = per * TS_PACKET_SIZE
@@ -406,11 +421,8 @@ class TsMuxer:
 
     def _put_tables(self, out: bytearray) -> None:
         for pid, section in ((0, self._pat), (self.config.pmt_pid, self._pmt)):
-            cc = self._cc.get(pid, 0)
-            self._cc[pid] = (cc + 1) & 0x0F
-            # pointer_field 0, the section, stuffing 0xFF to the end of the packet (§2.4.4.1).
-            out += bytes((0x47, 0x40 | (pid >> 8), pid & 0xFF, 0x10 | cc, 0)) + section
-            out += b"\xff" * (TS_PAYLOAD_SIZE - 1 - len(section))
+            packets, self._cc[pid] = section_packets(pid, section, self._cc.get(pid, 0))
+            out += packets
         self.stats.psi_repetitions += 1
 
     def _packetize(self, out: bytearray, pid: int, pes: bytes, keyframe: bool, pcr: int | None) -> None:
