@@ -94,6 +94,11 @@ class RtspTarget:
     def tls(self) -> bool:
         return self.scheme == "rtsps"
 
+    @property
+    def peer(self) -> str:
+        """``host:port`` (IPv6 in brackets), the input's ``peer_addr``."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
 
 def parse_target(url: str) -> RtspTarget:
     """The server of an ``rtsp://`` / ``rtsps://`` URL; ValueError when it has none."""
@@ -170,9 +175,7 @@ class RtspInputDriver:
             raise FlowStartError(f"rtsp input: {exc}") from None
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Ready at once; then connect, play, and reconnect after every end."""
-        if self.target is None:
-            self.open()
+        """Ready at once (after ``open``); then connect, play, and reconnect after every end."""
         with self._scope:
             task_status.started()
             await self._run()
@@ -184,13 +187,9 @@ class RtspInputDriver:
 
     def extra_counters(self) -> dict[str, Any]:
         stats = self.media.stats
-        target = self.target
-        peer = None
-        if target is not None:
-            peer = f"[{target.host}]:{target.port}" if ":" in target.host else f"{target.host}:{target.port}"
         return {
             "packets_lost": stats.rtp_lost,
-            "peer_addr": peer,
+            "peer_addr": self.target.peer if self.target is not None else None,
             "rtsp_stats": RtspStats(
                 transport=self.config.transport,
                 video_codec=stats.video_codec,

@@ -95,6 +95,7 @@ async def running(media: Media, behaviours: list[Behaviour], **config: Any) -> A
         await nursery.start(camera.serve)
         flow = FakeFlow(camera.signal)
         driver = RtspInputDriver(RtspInput(rtsp_url=camera.url, **config), flow)  # type: ignore[arg-type]
+        driver.open()  # as the engine does before serve
         served = trio.Event()
 
         async def serve() -> None:
@@ -255,6 +256,7 @@ async def test_refused_credentials_never_leak(autojump_clock: trio.testing.MockC
             reconnect_delay_secs=2,
         )
         driver = RtspInputDriver(config, flow)  # type: ignore[arg-type]
+        driver.open()
         nursery.start_soon(driver.serve)
         await camera.signal.wait_for(lambda: len(camera.connections) >= 2 and camera.connections[1].closed_at)
         driver.close()
