@@ -187,13 +187,13 @@ class TsToRtcStats:
 class TsToRtc:
     """MPEG-TS datagrams in, WebRTC-ready H.264 access units and Opus packets out.
 
-    Video is passed through (WebRTC needs no re-encode for H.264): AUDs are removed (they make
-    no sense in RTP, RFC 6184 §5.4 lets senders drop them) and the last SPS/PPS are put in front
-    of every IDR that lacks them, so a receiver that joins or loses packets can start at any
-    IDR. Units keep the TS's decode order; a source with B-frames gives non-monotonic PTS, which
-    browsers cope with badly: WebRTC sources should be baseline/main without B-frames. Video
-    before the first decodable IDR is dropped (``stats.before_keyframe``). HEVC video is dropped
-    and counted: this bridge offers H.264 only.
+    Video is passed through (WebRTC needs no re-encode for H.264): AUDs are removed (in RTP the
+    timestamp and the marker bit delimit access units, RFC 6184 §5.1; core/pay drops them too) and
+    the last SPS/PPS are put in front of every IDR that lacks them, so a receiver that joins or
+    loses packets can start at any IDR. Units keep the TS's decode order; a source with B-frames
+    gives non-monotonic PTS, which browsers cope with badly: WebRTC sources should be baseline/main
+    without B-frames. Video before the first decodable IDR is dropped (``stats.before_keyframe``).
+    HEVC video is dropped and counted: this bridge offers H.264 only.
 
     Audio (unless ``video_only``): AAC is decoded, resampled to 48 kHz stereo and encoded to
     20 ms Opus packets. Their pts stay on the video clock: a timeline starts at
