@@ -53,6 +53,10 @@ class BadGateway(ApplianceError):
     """An upstream peer (a node) is not connected, or went away before answering (HTTP 502)."""
 
 
+class ServiceUnavailable(ApplianceError):
+    """A part of the service is restarting or at its limit; try again later (HTTP 503)."""
+
+
 class GatewayTimeout(ApplianceError):
     """An upstream peer (a node) did not answer in time (HTTP 504)."""
 

@@ -32,6 +32,7 @@ STATUS_BY_KIND: Final[tuple[tuple[type[errors.ApplianceError], int], ...]] = (
     (errors.Internal, 500),
     (errors.ConfigFileError, 500),
     (errors.BadGateway, 502),
+    (errors.ServiceUnavailable, 503),
     (errors.GatewayTimeout, 504),
 )
 

@@ -57,6 +57,25 @@ class RtspStats(_Stats):
     last_error: str | None = None  # why the last session ended or failed (no credentials in it)
 
 
+class WebrtcSession(_Stats):
+    """One WebRTC peer connection of a ``webrtc``/``whep`` input or a ``webrtc`` output."""
+
+    session_id: str
+    role: str  # ``publisher`` (WHIP in), ``viewer`` (WHEP out), ``whip_client``, ``whep_client``
+    state: str  # the peer connection's: ``connecting``, ``connected``, ``failed``, ``closed``...
+    peer: str | None = None  # the remote address of the selected ICE pair (``host:port``)
+    bytes: int = 0  # sent and received on the session's transport (media, RTCP, DTLS)
+    bitrate_bps: int = 0
+    connected_secs: int = 0
+
+
+class WebrtcStats(_Stats):
+    """The WebRTC side of an input or output: its sessions, as the webrtc worker reports them."""
+
+    sessions: list[WebrtcSession] = Field(default_factory=list)
+    worker_connected: bool = True  # false while the webrtc worker is down (being restarted)
+
+
 class InputStats(_Stats):
     input_type: str
     state: str = "idle"
@@ -71,6 +90,7 @@ class InputStats(_Stats):
     srt_leg2_stats: SrtLegStats | None = None
     peer_addr: str | None = None  # an rtmp input's active publisher, an rtsp input's server (``host:port``)
     rtsp_stats: RtspStats | None = None  # an rtsp input's session
+    webrtc_stats: WebrtcStats | None = None  # a webrtc (WHIP) or whep input's sessions
 
 
 class OutputStats(_Stats):
@@ -85,6 +105,7 @@ class OutputStats(_Stats):
     fec_packets_sent: int = 0
     srt_stats: SrtLegStats | None = None
     srt_leg2_stats: SrtLegStats | None = None
+    webrtc_stats: WebrtcStats | None = None  # a webrtc output's sessions (viewers, its WHIP session)
 
 
 def _indicator(priority: int | None = None, metric: str | None = None, label: str | None = None) -> Any:
@@ -250,6 +271,7 @@ class InputCounters(_Stats):
     srt_leg2_stats: SrtLegStats | None = None
     peer_addr: str | None = None  # an rtmp input's active publisher, an rtsp input's server (host:port)
     rtsp_stats: RtspStats | None = None  # an rtsp input's session
+    webrtc_stats: WebrtcStats | None = None
 
 
 class OutputCounters(_Stats):
@@ -263,6 +285,7 @@ class OutputCounters(_Stats):
     fec_packets_sent: int = 0
     srt_stats: SrtLegStats | None = None
     srt_leg2_stats: SrtLegStats | None = None
+    webrtc_stats: WebrtcStats | None = None
 
 
 class MediaCounters(_Stats):

@@ -20,6 +20,7 @@ state, which is the worker's (``Connecting``, ``Waiting``, ``Connected``, ``Fail
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
@@ -39,7 +40,7 @@ from appliance import errors
 from appliance.config.store import EdgeConfigStore, ensure_jwt_secret, merge_kept_secrets, public_config
 from appliance.http.envelope import describe_validation_error
 from appliance.manager_client import ALLOW_INSECURE_ENV, ManagerClient
-from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig, TunnelConfig
+from appliance.models.config import AppConfig, FlowConfig, ManagerConfig, OutputConfig, TunnelConfig, UdpOutput
 from appliance.models.events import Event, EventCategory, StoredEvent, critical, info, warning
 from appliance.models.kinds import find_clash
 from appliance.models.stats import FlowCounters, FlowState, StatsSnapshot, TunnelSummary
@@ -53,6 +54,7 @@ from services.edge.nmos.node import NmosNode
 from services.edge.rtmps_cert import rtmps_files
 from services.edge.stats import StatsAggregator
 from services.edge.tunnels.supervisor import TunnelError, TunnelSupervisor
+from services.edge.webrtc.supervisor import WebrtcSupervisor
 
 _log = logging.getLogger("mediaplane.edge")
 RESTART_LOST_AFTER_S = 1.0  # the supervisor restarts a dead worker; then its flows come back
@@ -63,6 +65,7 @@ RESTART_EXIT_STATUS: Final = 75
 RESTART_COMMAND: Final = "systemctl restart mp-edge"
 RESTART_DELAY_S: Final = 0.2  # the 202 goes out before the API stops
 SETUP_DISABLED: Final = "Setup wizard is disabled on this node"
+WATCH_OUTPUT_ID: Final = "mp-status-watch"  # the hidden tap of a flow watched on the status page
 
 
 class FlowNotFound(errors.NotFound):
@@ -140,6 +143,7 @@ class EdgeService:
         self.events = EventBus()
         self.lifecycle = FlowLifecycle(self.events.publish, trio.current_time)
         self.stats = StatsAggregator(version, self.started_at, self.lifecycle)
+        self.webrtc = WebrtcSupervisor(log_level=log_level, on_watch_idle=self._on_watch_idle)
         self.engine = Engine(
             workers=workers,
             on_stats=self._on_counters,
@@ -150,6 +154,7 @@ class EdgeService:
             pin_cpus=pin_cpus,
             worker_nice=worker_nice,
             worker_realtime=worker_realtime,
+            webrtc_socket=self.webrtc.socket_path,
         )
         # tunnel_runner: "module:attribute" of the runner factory the tunnel worker loads
         # (None: services.edge.tunnels.runner:TunnelRunner; tests give a fake).
@@ -186,6 +191,7 @@ class EdgeService:
         the API does not wait for the tunnel worker's imports."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.webrtc.run)
             await nursery.start(self.engine.run)
             await nursery.start(self.tunnel_supervisor.run)
             async with self._lock:
@@ -203,6 +209,7 @@ class EdgeService:
                 with trio.CancelScope(shield=True):
                     await self.engine.shutdown()
                     await self.tunnel_supervisor.shutdown()
+                    await self.webrtc.shutdown()
 
     async def _start_tunnels_at_boot(self) -> None:
         async with self._mutating():
@@ -245,6 +252,44 @@ class EdgeService:
         if self.lifecycle.allows(flow_id, Trigger.FAILED):
             self.lifecycle.fire(flow_id, Trigger.FAILED, error)
         _log.error("flow %s: %s", flow_id, error)
+
+    # ------------------------------------------------------------------ watch (status page)
+
+    async def watch_offer(self, flow_id: str, sdp: str) -> dict[str, Any]:
+        """A status-page viewer's WHEP offer for ``flow_id``: the webrtc worker's reply (``ok``,
+        ``status``, ``sdp``, ``session_id``...). The flow's TS reaches the worker through a hidden
+        tap (``WATCH_OUTPUT_ID``, a ``udp`` output to the worker's port, like the thumbnails'),
+        which ``_on_watch_idle`` removes when the last viewer leaves."""
+        self.flow(flow_id)  # 404
+        if not self.engine.is_running(flow_id):
+            raise errors.Conflict(f"flow {flow_id!r} is not running")
+        opened = await self.webrtc.request({"op": "watch_open", "flow_id": flow_id})
+        if not opened.get("ok"):
+            return opened
+        tap = UdpOutput(
+            type="udp",
+            id=WATCH_OUTPUT_ID,
+            name="status page watch",
+            dest_addr=f"127.0.0.1:{opened['media_port']}",
+            dscp=0,
+        )
+        with contextlib.suppress(EngineError):
+            await self.engine.remove_output(flow_id, WATCH_OUTPUT_ID)
+        try:
+            await self.engine.add_output(flow_id, tap)
+        except EngineError as exc:
+            raise errors.Internal(f"cannot tap the flow: {exc}") from exc
+        return await self.webrtc.request({"op": "offer", "flow_id": flow_id, "role": "watch", "sdp": sdp})
+
+    def _on_watch_idle(self, flow_id: str) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self._end_watch, flow_id)
+
+    async def _end_watch(self, flow_id: str) -> None:
+        with contextlib.suppress(EngineError):
+            await self.engine.remove_output(flow_id, WATCH_OUTPUT_ID)
+        with contextlib.suppress(Exception):
+            await self.webrtc.request({"op": "watch_close", "flow_id": flow_id})
 
     def _on_workers_lost(self, flow_ids: list[str]) -> None:
         for flow_id in flow_ids:

@@ -157,6 +157,7 @@ class StatsAggregator:
             srt_leg2_stats=inp.srt_leg2_stats,
             peer_addr=inp.peer_addr,
             rtsp_stats=inp.rtsp_stats,
+            webrtc_stats=inp.webrtc_stats,
         )
         running_outputs = {o.output_id: o for o in counters.outputs}
         outputs = []
@@ -179,6 +180,7 @@ class StatsAggregator:
                     fec_packets_sent=live.fec_packets_sent,
                     srt_stats=live.srt_stats,
                     srt_leg2_stats=live.srt_leg2_stats,
+                    webrtc_stats=live.webrtc_stats,
                 )
             )
         analysis = counters.analysis

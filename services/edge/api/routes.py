@@ -424,3 +424,7 @@ async def ws_stats() -> Response | None:
 from services.edge.api.tunnels import bp as _tunnels_bp  # noqa: E402
 
 bp.register_blueprint(_tunnels_bp)
+
+from services.edge.api.webrtc import bp as _webrtc_bp  # noqa: E402
+
+bp.register_blueprint(_webrtc_bp)

@@ -108,8 +108,10 @@ class Engine:
         pin_cpus: bool = False,
         worker_nice: int = WORKER_NICE,
         worker_realtime: int = WORKER_REALTIME,
+        webrtc_socket: str | None = None,
     ) -> None:
         self._count = workers
+        self._webrtc_socket = webrtc_socket
         plan: tuple[list[int] | None, list[int | None]] = cpu_plan(workers) if pin_cpus else (None, [None] * workers)
         self._control_cpus, self._worker_cpus = plan
         self._worker_nice = worker_nice
@@ -159,6 +161,7 @@ class Engine:
                     "--realtime",
                     str(self._worker_realtime),
                     *(["--cpu", str(cpu)] if (cpu := self._worker_cpus[index]) is not None else []),
+                    *(["--webrtc-socket", self._webrtc_socket] if self._webrtc_socket else []),
                 ],
             )
             worker = _Worker(index, proc)

@@ -24,6 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from appliance.models.config import FlowConfig, OutputConfig
 from services.edge.core.watch import FlowWatch
 from services.edge.engine.flow import FlowRuntime
+from services.edge.engine.kinds import webrtc as webrtc_kinds
 from services.edge.engine.ipc import STATS_INTERVAL_S, MessageStream, serve_commands
 from services.edge.engine.rtmp import tls as rtmp_tls
 from services.edge.engine.udp import FlowStartError
@@ -230,7 +231,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nice", type=int, default=0, help="scheduling niceness to take (needs CAP_SYS_NICE below 0)")
     parser.add_argument("--cpu", type=int, default=None, help="the CPU to run on (default: anywhere)")
     parser.add_argument("--realtime", type=int, default=0, help="SCHED_FIFO priority (0: normal scheduling)")
+    parser.add_argument("--webrtc-socket", default=None, help="where the webrtc worker takes registrations")
     args = parser.parse_args(argv)
+    webrtc_kinds.WEBRTC_SOCKET = args.webrtc_socket
     logging.basicConfig(
         level=args.log_level.upper(),
         format=f"%(asctime)s %(levelname)s worker-{args.worker_id} %(name)s: %(message)s",

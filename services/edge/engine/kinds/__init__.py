@@ -22,6 +22,7 @@ from services.edge.engine.kinds.rtp import RtpInputDriver
 from services.edge.engine.kinds.rtsp import RtspInputDriver
 from services.edge.engine.kinds.srt import SrtInputDriver, SrtOutputDriver, check_srt_supported
 from services.edge.engine.kinds.udp import UdpInputDriver, open_udp_output
+from services.edge.engine.kinds.webrtc import WebrtcInputDriver, open_webrtc_output
 from services.edge.engine.udp import FlowStartError
 
 InputFactory = Callable[[Any, FlowPort], InputDriver]
@@ -33,6 +34,8 @@ INPUT_DRIVERS: Final[dict[str, InputFactory]] = {
     "srt": SrtInputDriver,
     "rtmp": RtmpInputDriver,
     "rtsp": RtspInputDriver,
+    "webrtc": WebrtcInputDriver,
+    "whep": WebrtcInputDriver,
 }
 OUTPUT_DRIVERS: Final[dict[str, OutputFactory]] = {
     "rtp": open_udp_output,
@@ -40,6 +43,7 @@ OUTPUT_DRIVERS: Final[dict[str, OutputFactory]] = {
     "srt": SrtOutputDriver,
     "rtmp": RtmpOutputDriver,
     "hls": HlsOutputDriver,
+    "webrtc": open_webrtc_output,
 }
 # Checks a kind needs beyond its model (what the installed libsrt supports...): 400s.
 _EXTRA_CHECKS: Final[dict[str, Callable[[Any], None]]] = {"srt": check_srt_supported}
