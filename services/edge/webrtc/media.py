@@ -38,6 +38,8 @@ from typing import Any, Final, Literal
 import av
 import av.error
 
+from ..core.depay.common import Frame
+from ..core.depay.session import _DtsDeriver  # one DTS derivation for every RTP video ingest
 from ..core.mux.codec import (
     H264_NAL_AUD,
     AacConfig,
@@ -371,6 +373,7 @@ class RtcToTsStats:
     silence_samples: int = 0  # 48 kHz samples of silence filled into gaps (lost packets, DTX)
     audio_restarts: int = 0  # AAC timelines started (the first one included)
     reanchors: int = 0  # a track's timestamps went back over 1 s: anchored again on its arrival time
+    reordered: bool = False  # the sender uses B-frames: decoding times are derived (a 4-picture delay)
 
 
 class _Anchor:
@@ -417,6 +420,10 @@ class RtcToTs:
         self._audio_anchor: _Anchor | None = None
         self._video_unwrap = _Unwrapper(RTP_WRAP)
         self._last_video_ts: int | None = None
+        self._last_video_pts: int | None = None
+        # Made when a picture presents before the one sent ahead of it (B-frames): WebRTC senders
+        # normally use none, and DTS = PTS then costs no delay.
+        self._dts: _DtsDeriver | None = None
         self._audio_unwrap = _Unwrapper(RTP_WRAP)
         self._inserter = ParameterSetInserter("h264")
         self._encoder: av.AudioCodecContext | None = None
@@ -461,8 +468,17 @@ class RtcToTs:
             anchor = self._video_anchor = self._anchor(ts, arrival)
         self._last_video_ts = ts
         pts = anchor.offset90 + ts - anchor.first_ts
+        if self._dts is None and self._last_video_pts is not None and pts < self._last_video_pts:
+            self._dts = _DtsDeriver()
+            self.stats.reordered = True
+        self._last_video_pts = pts
         self.stats.video_units += 1
-        return self._out(self.units.push(AccessUnit("video", "h264", 0, pts, pts, keyframe, data)))
+        if self._dts is None:
+            return self._out(self.units.push(AccessUnit("video", "h264", 0, pts, pts, keyframe, data)))
+        out: list[bytes] = []
+        for frame, frame_pts, dts in self._dts.push(pts, Frame(data, 0, keyframe)):
+            out += self.units.push(AccessUnit("video", "h264", 0, frame_pts, dts, frame.keyframe, frame.data))
+        return self._out(out)
 
     # ------------------------------------------------------------------ audio
 
@@ -564,6 +580,9 @@ class RtcToTs:
         """End of the session: the AAC encoder's tail, then everything UnitsToTs held."""
         out = self._end_audio()
         self._next48 = None
+        if self._dts is not None:
+            for frame, frame_pts, dts in self._dts.flush():
+                out += self.units.push(AccessUnit("video", "h264", 0, frame_pts, dts, frame.keyframe, frame.data))
         out += self.units.flush()
         return self._out(out)
 

@@ -291,27 +291,38 @@ class _Ingest:
         self._mux: RtcToTs | None = None
 
     def attach(self, session: Session) -> None:
-        """Take the receivers of ``session`` (after ``setRemoteDescription``, before connecting)."""
-        kinds = {t.receiver.track.kind: t.receiver for t in session.pc.getTransceivers() if t.receiver.track}
-        has_audio = "audio" in kinds and not self.video_only
-        self._mux = mux = RtcToTs(video="video" in kinds, audio=has_audio)
-        if "video" in kinds:
+        """Take the receivers of ``session`` (after ``setRemoteDescription`` or ``addTransceiver``,
+        before it connects)."""
+        receivers = {t.kind: t.receiver for t in session.pc.getTransceivers() if t.direction != "inactive"}
+        has_audio = "audio" in receivers and not self.video_only
+        self._mux = mux = RtcToTs(video="video" in receivers, audio=has_audio)
+        if "video" in receivers:
 
             def on_frame(data: bytes, timestamp: int) -> None:
                 for datagram in mux.on_video(data, timestamp, time.monotonic()):
                     self._send(datagram)
 
-            tap_encoded_frames(kinds["video"], on_frame)
+            tap_encoded_frames(receivers["video"], on_frame)
         if has_audio:
-            session.tasks.append(asyncio.ensure_future(self._audio(kinds["audio"].track, mux)))
+            session.tasks.append(asyncio.ensure_future(self._audio(receivers["audio"], mux)))
 
-    async def _audio(self, track: Any, mux: RtcToTs) -> None:
+    async def _audio(self, receiver: Any, mux: RtcToTs) -> None:
+        # An offerer's receiver gets its track with the answer (aiortc sets it in
+        # setRemoteDescription): wait for it.
+        while receiver.track is None:
+            await asyncio.sleep(0.05)
+        track = receiver.track
         while True:
             try:
                 frame = await track.recv()
             except MediaStreamError:
                 return
-            for datagram in mux.on_audio(frame, time.monotonic()):
+            try:
+                datagrams = mux.on_audio(frame, time.monotonic())
+            except Exception:  # one bad frame must not end the session's audio
+                _log.exception("audio frame dropped")
+                continue
+            for datagram in datagrams:
                 self._send(datagram)
 
 
@@ -389,8 +400,7 @@ class _Fanout(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # a selector datagram transport
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
         if addr[0] != "127.0.0.1":

@@ -137,7 +137,8 @@ class WebrtcWorker:
                         del self.inputs[key]
                 elif self.outputs.get(key) is registration:
                     del self.outputs[key]
-                await registration.close()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await registration.close()
             link.close()
 
     # ------------------------------------------------------------------ the control link
