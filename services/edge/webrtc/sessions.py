@@ -36,6 +36,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from aiortc.sdp import candidate_from_sdp
 
+from services.edge.core.mux.codec import annexb_keyframe
 from services.edge.webrtc.media import RtcToTs, TsToRtc
 from services.edge.webrtc.rtc import (
     AUDIO_TIME_BASE,
@@ -56,6 +57,7 @@ HTTP_TIMEOUT_S: Final = 10.0
 GATHER_TIMEOUT_S: Final = 10.0
 FIRST_KEYFRAME_WAIT_S: Final = 10.0  # a WHIP client waits this long to learn the stream's profile
 WATCH_MAX_VIEWERS: Final = 4
+KEYFRAME_INTERVAL_S: Final = 2.0  # a publisher is asked for a keyframe when none came for this long
 MEDIA_RCVBUF: Final = 4 * 1024 * 1024
 
 Emit = Callable[[str, str, dict[str, Any]], None]  # severity, message, details
@@ -289,6 +291,7 @@ class _Ingest:
         self._send = send
         self.video_only = video_only
         self._mux: RtcToTs | None = None
+        self._last_keyframe = time.monotonic()
 
     def attach(self, session: Session) -> None:
         """Take the receivers of ``session`` (after ``setRemoteDescription`` or ``addTransceiver``,
@@ -299,12 +302,33 @@ class _Ingest:
         if "video" in receivers:
 
             def on_frame(data: bytes, timestamp: int) -> None:
-                for datagram in mux.on_video(data, timestamp, time.monotonic()):
+                now = time.monotonic()
+                if annexb_keyframe("h264", data):
+                    self._last_keyframe = now
+                for datagram in mux.on_video(data, timestamp, now):
                     self._send(datagram)
 
             tap_encoded_frames(receivers["video"], on_frame)
+            session.tasks.append(asyncio.ensure_future(self._ask_keyframes(receivers["video"])))
         if has_audio:
             session.tasks.append(asyncio.ensure_future(self._audio(receivers["audio"], mux)))
+
+    async def _ask_keyframes(self, receiver: Any) -> None:
+        """A WebRTC sender sends a keyframe at the start and when asked; a TS receiver that joins
+        the flow later (an SRT caller, a decoder switched over) needs one soon. Ask for one
+        (PLI, RFC 4585 §6.3.1) whenever none came for ``KEYFRAME_INTERVAL_S``."""
+        while True:
+            await asyncio.sleep(KEYFRAME_INTERVAL_S / 2)
+            if time.monotonic() - self._last_keyframe < KEYFRAME_INTERVAL_S:
+                continue
+            # The media SSRC: not a retransmission (RFC 4588) one, which carries the sender's
+            # bandwidth-probing padding at the start; the one heard last.
+            rtx = getattr(receiver, "_RTCRtpReceiver__rtx_ssrc", {})
+            sources = [s for s in receiver.getSynchronizationSources() if s.source not in rtx]
+            if sources:
+                newest = max(sources, key=lambda s: s.timestamp)
+                with contextlib.suppress(Exception):  # a closing transport
+                    await receiver._send_rtcp_pli(newest.source)
 
     async def _audio(self, receiver: Any, mux: RtcToTs) -> None:
         # An offerer's receiver gets its track with the answer (aiortc sets it in

@@ -206,6 +206,7 @@ class WebrtcOutputDriver:
         self._udp: UdpOutputDriver | None = None
         self._port: int | None = None
         self._closed = False
+        self._scope: trio.CancelScope | None = None
         self.packets_sent = 0
         self.bytes_sent = 0
         self.packets_dropped = 0
@@ -213,6 +214,9 @@ class WebrtcOutputDriver:
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            # close() (a hot removal) ends serve, the registration with it: the worker then ends
+            # the sessions (a WHIP client's DELETE goes out).
+            self._scope = nursery.cancel_scope
             nursery.start_soon(self.registration.run)
             task_status.started()
             while not self._closed:
@@ -266,6 +270,8 @@ class WebrtcOutputDriver:
         self._closed = True
         self._retire()
         self.registration.changed.set()
+        if self._scope is not None:
+            self._scope.cancel()
 
     def counters(self) -> OutputCounters:
         udp = self._udp
