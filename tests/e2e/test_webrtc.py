@@ -171,8 +171,10 @@ def from_first_keyframe(ts: bytes) -> bytes:
         index += 5 + (((pmt[index + 3] & 0x0F) << 8) | pmt[index + 4])
     assert video_pid is not None, "no H.264 stream in the PMT"
     for k, (packet, pid) in enumerate(zip(packets, pid_of, strict=True)):
-        if pid == video_pid and packet[1] & 0x40 and any(
-            packet[i] & 0x1F == 5 for i in range(4, 185) if packet[i - 3 : i] == b"\x00\x00\x01"
+        if (
+            pid == video_pid
+            and packet[1] & 0x40
+            and any(packet[i] & 0x1F == 5 for i in range(4, 185) if packet[i - 3 : i] == b"\x00\x00\x01")
         ):
             kept = list(zip(packets[k:], pid_of[k:], strict=True))
             last_start: dict[int, int] = {}
@@ -442,7 +444,9 @@ def test_a_crashed_webrtc_worker_ends_its_sessions_and_comes_back(setup: Setup, 
     assert stats(a, "feed")["state"] == "Running" and stats(a, "whip")["state"] == "Running"
     wait_for(lambda: webrtc_worker_pid(a) not in (None, old), timeout=60)
     publisher.join(40)
-    again = whip_send_file(a.url, "whip", TOKEN, source_path="testsrc=size=320x180:rate=30", media_format="lavfi", seconds=3)
+    again = whip_send_file(
+        a.url, "whip", TOKEN, source_path="testsrc=size=320x180:rate=30", media_format="lavfi", seconds=3
+    )
     assert again["status"] == 201 and again["connected"], again
 
 

@@ -24,8 +24,8 @@ from pydantic import TypeAdapter, ValidationError
 from appliance.models.config import FlowConfig, OutputConfig
 from services.edge.core.watch import FlowWatch
 from services.edge.engine.flow import FlowRuntime
-from services.edge.engine.kinds import webrtc as webrtc_kinds
 from services.edge.engine.ipc import STATS_INTERVAL_S, MessageStream, serve_commands
+from services.edge.engine.kinds import webrtc as webrtc_kinds
 from services.edge.engine.rtmp import tls as rtmp_tls
 from services.edge.engine.udp import FlowStartError
 
