@@ -32,12 +32,16 @@ from appliance.models.config import FlowConfig, WebrtcInput, WebrtcOutput
 from services.edge.api.routes import edge
 from services.edge.webrtc.supervisor import WebrtcUnavailable
 
-bp = Blueprint("edge_webrtc", __name__)
+bp: Blueprint = Blueprint("edge_webrtc", __name__)
 
 SDP: Final = "application/sdp"
 TRICKLE: Final = "application/trickle-ice-sdpfrag"
 MAX_SDP_BYTES: Final = 64 * 1024
 Role = Literal["whip", "whep"]
+
+
+def _bytes(raw: str | bytes) -> bytes:
+    return raw if isinstance(raw, bytes) else raw.encode()
 
 
 def _media_type() -> str:
@@ -98,7 +102,7 @@ async def _offer(flow_id: str, role: Role) -> Response:
     flow = _flow(flow_id, role)
     if _media_type() != SDP:
         raise errors.UnsupportedMediaType(f"Content-Type must be {SDP}")
-    body = await request.get_data(cache=True)
+    body = _bytes(await request.get_data(cache=True))
     if len(body) > MAX_SDP_BYTES:
         raise errors.PayloadTooLarge(f"an SDP offer is at most {MAX_SDP_BYTES} bytes")
     try:
@@ -133,7 +137,7 @@ async def _patch(flow_id: str, role: Role, session_id: str) -> Response:
     flow = _flow(flow_id, role)
     if _media_type() != TRICKLE:
         raise errors.UnsupportedMediaType(f"Content-Type must be {TRICKLE}")
-    body = await request.get_data(cache=True)
+    body = _bytes(await request.get_data(cache=True))
     if len(body) > MAX_SDP_BYTES:
         raise errors.PayloadTooLarge(f"an SDP fragment is at most {MAX_SDP_BYTES} bytes")
     reply = await _ask(

@@ -7,10 +7,22 @@ A second quart-trio app on ``monitor.listen_addr:listen_port`` beside the API, o
 - ``GET /api/stats``: the same envelope and data as ``GET /api/v1/stats``;
 - ``GET /ws``: a WebSocket pushing the page's live parts about every second, with the
   thumbnails a viewer has not seen yet (JSON text frames; client messages are ignored);
-- ``GET /static/status.css`` and ``/static/status.js``: the page's own style and script.
+- ``GET /static/status.css`` and ``/static/status.js``: the page's own style and script;
+- ``POST /watch/<flow_id>``: the page's "watch" button, a WHEP offer (RFC 9725) for the
+  flow's picture and sound: ``Content-Type: application/sdp`` (else 415), at most 64 KiB
+  (else 413); 201 with the answer (``application/sdp``) and
+  ``Location: /watch/<flow_id>/<session_id>``. Errors in the envelope: 404 (unknown flow),
+  409 (flow not running), 503 (viewer limit, with ``Retry-After``; or the webrtc worker
+  restarting), 400 (an offer that cannot be answered);
+- ``DELETE /watch/<flow_id>/<session_id>``: ends that viewer's session (200; 404 unknown).
 
 It reads statistics only: never the configuration (it holds secrets) and nothing that
-changes state. Thumbnails come from ``thumbnailer.Thumbnailer``.
+changes state. Thumbnails come from ``thumbnailer.Thumbnailer``. Watching is reading too,
+which is why the unauthenticated listener takes a POST at all: a watch changes no state of
+the flow (its configuration, outputs and stats are untouched; the copy of its TS goes
+through a hidden tap, as the thumbnails' does, removed when the last viewer leaves), and
+the viewers are capped per flow (``WATCH_MAX_VIEWERS``, 503 beyond), so an anonymous
+viewer cannot load the edge more than a few viewers' encryption of the same packets.
 """
 
 from __future__ import annotations
@@ -20,15 +32,17 @@ from importlib import resources
 from typing import Final
 
 import trio
-from quart import Response, websocket
+from quart import Response, request, websocket
 from quart_trio import QuartTrio
 
+from appliance import errors
 from appliance.http.app import create_app, discard_client_messages, first_os_error, serve
-from appliance.http.envelope import ok
+from appliance.http.envelope import fail, ok
 from appliance.models.config import UdpOutput
 from services.edge.service import EdgeService
 from services.edge.status.hub import MonitorHub
 from services.edge.status.thumbnailer import Thumbnailer
+from services.edge.webrtc.supervisor import WebrtcUnavailable
 
 _log = logging.getLogger("mediaplane.edge.status")
 
@@ -42,6 +56,19 @@ SECURITY_HEADERS: Final = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+SDP: Final = "application/sdp"
+MAX_SDP_BYTES: Final = 64 * 1024
+
+
+def _refusal(reply: dict[str, object]) -> Response:
+    """The webrtc worker's refusal as the envelope, with its status (and ``Retry-After``)."""
+    status = reply.get("status")
+    headers = reply.get("headers")
+    return fail(
+        str(reply.get("error") or "WebRTC session refused"),
+        status if isinstance(status, int) and 400 <= status < 600 else 500,
+        {str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else None,
+    )
 
 
 def build_monitor_app(service: EdgeService, hub: MonitorHub) -> QuartTrio:
@@ -68,6 +95,45 @@ def build_monitor_app(service: EdgeService, hub: MonitorHub) -> QuartTrio:
             return Response("not found", status=404, content_type="text/plain")
         body = resources.files("services.edge.status").joinpath("static", name).read_bytes()
         return Response(body, status=200, content_type=content_type)
+
+    @app.post("/watch/<flow_id>")
+    async def watch(flow_id: str) -> Response:
+        media_type = (request.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if media_type != SDP:
+            raise errors.UnsupportedMediaType(f"Content-Type must be {SDP}")
+        body = await request.get_data(cache=True)
+        if len(body) > MAX_SDP_BYTES:
+            raise errors.PayloadTooLarge(f"an SDP offer is at most {MAX_SDP_BYTES} bytes")
+        try:
+            sdp = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise errors.InvalidInput("the body is not an SDP offer") from None
+        try:
+            reply = await service.watch_offer(flow_id, sdp)  # NotFound 404, Conflict 409
+        except WebrtcUnavailable as exc:
+            raise errors.ServiceUnavailable(str(exc)) from None
+        if not reply.get("ok"):
+            return _refusal(reply)
+        response = Response(str(reply["sdp"]), status=201, content_type=SDP)
+        response.headers["Location"] = f"/watch/{flow_id}/{reply['session_id']}"
+        if reply.get("etag"):
+            response.headers["ETag"] = str(reply["etag"])
+        return response
+
+    @app.delete("/watch/<flow_id>/<session_id>")
+    async def unwatch(flow_id: str, session_id: str) -> Response:
+        service.flow(flow_id)  # 404
+        try:
+            reply = await service.webrtc.request(
+                {"op": "delete", "flow_id": flow_id, "role": "watch", "session_id": session_id}
+            )
+        except WebrtcUnavailable as exc:
+            raise errors.ServiceUnavailable(str(exc)) from None
+        if not reply.get("ok"):
+            if reply.get("status") == 409:  # the flow is not being watched: no such session
+                raise errors.NotFound("session not found")
+            return _refusal(reply)
+        return ok(None)
 
     @app.websocket("/ws")
     async def ws() -> None:

@@ -113,7 +113,7 @@ def host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
 
 def install_ice() -> None:
     """Loopback host candidates (see ``host_addresses``)."""
-    aioice.ice.get_host_addresses = host_addresses  # type: ignore[assignment]
+    aioice.ice.get_host_addresses = host_addresses
 
 
 def rtc_configuration(stun_server: str | None) -> RTCConfiguration:
@@ -208,13 +208,13 @@ class UnitTrack(MediaStreamTrack):
     def __init__(self, kind: str) -> None:
         super().__init__()
         self.kind = kind
-        self._queue: deque[av.Packet] = deque()
+        self._queue: deque[av.Packet[Any]] = deque()
         self._ready = asyncio.Event()
         self._need_keyframe = kind == "video"
         self.dropped = 0
         self.sent_units = 0
 
-    def push(self, packet: av.Packet, keyframe: bool) -> None:
+    def push(self, packet: av.Packet[Any], keyframe: bool) -> None:
         """Queue one unit (never waits)."""
         if self.readyState != "live":
             return
@@ -232,7 +232,7 @@ class UnitTrack(MediaStreamTrack):
         self._queue.append(packet)
         self._ready.set()
 
-    async def recv(self) -> av.Packet:  # type: ignore[override]
+    async def recv(self) -> av.Packet[Any]:  # type: ignore[override,unused-ignore]
         while not self._queue:
             if self.readyState != "live":
                 raise MediaStreamError
@@ -246,7 +246,7 @@ class UnitTrack(MediaStreamTrack):
         self._ready.set()
 
 
-def make_packet(data: bytes, pts: int, time_base: Fraction) -> av.Packet:
+def make_packet(data: bytes, pts: int, time_base: Fraction) -> av.Packet[Any]:
     """An ``av.Packet`` of ``data`` at ``pts`` (what ``UnitTrack`` carries)."""
     packet = av.Packet(data)
     packet.pts = pts

@@ -554,6 +554,7 @@ class WatchOutput(WhepServerOutput):
     viewers at most. ``on_idle`` runs when its last viewer leaves (the control removes the tap)."""
 
     max_viewers_default = WATCH_MAX_VIEWERS
+    media_port = 0  # the loopback port its tap sends to (set by the worker)
 
     def __init__(
         self, flow_id: str, fanout: _Fanout, emit: Emit, changed: Callable[[], None], on_idle: Callable[[], None]

@@ -189,7 +189,7 @@ class WebrtcWorker:
     async def _watch_open(self, flow_id: str) -> int:
         watch = self.watches.get(flow_id)
         if watch is not None:
-            return watch.media_port
+            return int(watch.media_port)
         fanout, port = await open_fanout(video_only=False)
 
         def idle() -> None:

@@ -116,8 +116,8 @@ class WorkerRegistration:
                         self.changed.set()
                 elif op == "event":
                     severity = Severity(str(message.get("severity", "info")))
-                    details = message.get("details") if isinstance(message.get("details"), dict) else {}
-                    self._publish(severity, str(message.get("message", "")), details)
+                    raw = message.get("details")
+                    self._publish(severity, str(message.get("message", "")), raw if isinstance(raw, dict) else {})
         finally:
             await link.aclose()
 
