@@ -57,7 +57,7 @@ class WorkerRegistration:
 
     def sessions(self) -> list[WebrtcSession]:
         out = []
-        for raw in self.status.get("sessions", []) if self.registered else []:
+        for raw in self.status.get("sessions", []):
             try:
                 out.append(WebrtcSession.model_validate(raw))
             except ValueError:
@@ -68,7 +68,7 @@ class WorkerRegistration:
         return WebrtcStats(sessions=self.sessions(), worker_connected=self.registered)
 
     def state(self, fallback: str) -> str:
-        if not self.registered:
+        if not self.registered:  # the sessions of a lost worker stay listed, failed, until it is back
             return "error" if self.lost else "connecting"
         return str(self.status.get("state") or fallback)
 
