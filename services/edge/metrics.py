@@ -26,6 +26,7 @@ from appliance.models.stats import (
     Health,
     StatsSnapshot,
     TunnelState,
+    WebrtcStats,
 )
 from services.edge.core.ts.tr101290 import DEFAULT_WINDOW_S
 
@@ -117,6 +118,9 @@ class EdgeCollector(Collector):
         out_fec = counter("flow_output_fec_sent_total", "FEC packets sent", out_l)
         srt_rtt = gauge("srt_rtt_ms", "SRT round-trip time (ms)", ["flow_id", "output_id", "leg"])
         srt_loss = counter("srt_loss_total", "SRT packets lost", ["flow_id", "output_id", "leg"])
+        webrtc_sessions = gauge(
+            "webrtc_sessions", "Connected WebRTC sessions (publisher, viewers, client)", ["flow_id", "output_id"]
+        )
         tr_adders = [
             (counter("tr101290_" + metric, _tr101290_help(field), flow_l), field)
             for field, metric in TR101290_METRICS.items()
@@ -154,6 +158,8 @@ class EdgeCollector(Collector):
                 if leg is not None:
                     srt_rtt([flow.flow_id, "", leg_name], leg.rtt_ms)
                     srt_loss([flow.flow_id, "", leg_name], leg.pkt_loss_total)
+            if inp.webrtc_stats is not None:
+                webrtc_sessions([flow.flow_id, ""], _connected(inp.webrtc_stats))
             for out in flow.outputs:
                 oid = [flow.flow_id, out.output_id]
                 out_packets(oid, out.packets_sent)
@@ -165,6 +171,8 @@ class EdgeCollector(Collector):
                     if leg is not None:
                         srt_rtt([flow.flow_id, out.output_id, leg_name], leg.rtt_ms)
                         srt_loss([flow.flow_id, out.output_id, leg_name], leg.pkt_loss_total)
+                if out.webrtc_stats is not None:
+                    webrtc_sessions(oid, _connected(out.webrtc_stats))
             if flow.tr101290 is not None:
                 values = flow.tr101290.model_dump()
                 for add, field in tr_adders:
@@ -221,6 +229,10 @@ _TUNNEL_COUNTERS: Final = (
     ("dropped", "dropped_total", "Datagrams dropped on a full queue"),
     ("tcp_streams_total", "tcp_streams_total", "TCP connections carried"),
 )
+
+
+def _connected(stats: WebrtcStats) -> int:
+    return sum(1 for session in stats.sessions if session.state == "connected")
 
 
 def _tunnel_families(snap: StatsSnapshot) -> Iterable[Metric]:
