@@ -41,7 +41,7 @@ run: debs venv vendor
 test: debs venv vendor
 	$(MAKE) image-test-if-space
 	bash tools/ensure-debs.sh
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=40
 
 lint: venv
 	$(VENV)/bin/ruff check appliance services cli tests bench tools

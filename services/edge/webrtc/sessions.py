@@ -649,9 +649,13 @@ class _ClientLoop(Registration):
         self._state = "connecting"
         self._changed()
 
+    def _forget(self, session: Session) -> None:
+        """Drop what refers to ``session`` beside ``sessions`` (a fanout's tracks)."""
+
     async def _hang_up(self) -> None:
         for session in list(self.sessions.values()):
             self.sessions.pop(session.session_id, None)
+            self._forget(session)
             await session.close()
         location, self._location = self._location, None
         if location is None:
@@ -711,6 +715,9 @@ class WhipClientOutput(_ClientLoop):
     async def _ended(self, session: Session) -> None:
         self.fanout.remove(session)
         await super()._ended(session)
+
+    def _forget(self, session: Session) -> None:
+        self.fanout.remove(session)
 
     async def close(self) -> None:
         await super().close()
