@@ -24,6 +24,10 @@ Last, the RTSP ingest benchmark (``bench/rtsp.py``: a gst-rtsp-server camera, 12
 pulled by an ``rtsp`` input over TCP and over UDP with two outputs, CPU per second of media,
 beside ffmpeg pulling the same camera to TS); ``--no-rtsp`` skips it, ``--rtsp-only`` runs only
 it, ``--only`` leaves it out.
+Then the WebRTC egress benchmark (``bench/webrtc.py``: an 8 Mbit/s H.264 flow served to aiortc WHEP
+viewers, the webrtc worker's CPU per viewer and the viewers it holds at zero loss, beside ffmpeg
+remuxing the same stream); ``--no-webrtc`` skips it, ``--webrtc-only`` runs only it, ``--only``
+leaves it out.
 
 ``--quick`` runs each scenario for about a second, the manager benchmark with 20 nodes and the
 relay benchmark with one half-second step per target (the smoke test uses it: its figures mean
@@ -98,12 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rtmp-only", action="store_true", help="run only the RTMP ingest benchmark")
     parser.add_argument("--no-rtsp", action="store_true", help="skip the RTSP ingest benchmark (bench/rtsp.py)")
     parser.add_argument("--rtsp-only", action="store_true", help="run only the RTSP ingest benchmark")
+    parser.add_argument("--no-webrtc", action="store_true", help="skip the WebRTC egress benchmark (bench/webrtc.py)")
+    parser.add_argument("--webrtc-only", action="store_true", help="run only the WebRTC egress benchmark")
     args = parser.parse_args(argv)
-    only_other = args.manager_only or args.relay_only or args.rtmp_only or args.rtsp_only
+    only_other = args.manager_only or args.relay_only or args.rtmp_only or args.rtsp_only or args.webrtc_only
     with_manager = not args.no_manager and (args.manager_only or not (args.only or only_other))
     with_relay = not args.no_relay and (args.relay_only or not (args.only or only_other))
     with_rtmp = not args.no_rtmp and (args.rtmp_only or not (args.only or only_other))
     with_rtsp = not args.no_rtsp and (args.rtsp_only or not (args.only or only_other))
+    with_webrtc = not args.no_webrtc and (args.webrtc_only or not (args.only or only_other))
 
     with tempfile.TemporaryDirectory(prefix="mp-bench-") as tmp:
         workdir = args.keep or Path(tmp)
@@ -125,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         relay_ok = _run_relay(args.quick, workdir, opts.record) if with_relay else True
         rtmp_ok = _run_rtmp(args.quick, workdir, opts.record) if with_rtmp else True
         rtsp_ok = _run_rtsp(args.quick, workdir, opts.record) if with_rtsp else True
+        webrtc_ok = _run_webrtc(args.quick, workdir, opts.record) if with_webrtc else True
         elapsed = time.monotonic() - started
         load_after = load_average()
         if rows or not only_other:
@@ -137,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             print(opts.record["rtmp"].pop("text"))
         if "rtsp" in opts.record:
             print(opts.record["rtsp"].pop("text"))
+        if "webrtc" in opts.record:
+            print(opts.record["webrtc"].pop("text"))
         print(
             f"run took {elapsed:.0f} s; load average (1/5/15 min) {load_before} at the start, {load_after} at the end;"
             f" {os.cpu_count()} CPUs. Ratios = mediaplane / peer, measured alternately in this run."
@@ -150,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.json:
             dump_json(args.json, opts.record)
-    return 0 if manager_ok and relay_ok and rtmp_ok and rtsp_ok and all(r.ours != "failed" for r in rows) else 1
+    ok = manager_ok and relay_ok and rtmp_ok and rtsp_ok and webrtc_ok
+    return 0 if ok and all(r.ours != "failed" for r in rows) else 1
 
 
 def _run_manager(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
@@ -219,6 +230,13 @@ def _run_rtsp(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
     return _run_suite(
         "rtsp", "RTSP ingest benchmark", workdir, record, lambda d: rtsp_bench.run(3.0 if quick else 20.0, 8000, d)
     )
+
+
+def _run_webrtc(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
+    """``bench.webrtc`` (parts 1-3, about 5 min; a smoke run with ``--quick``)."""
+    from bench import webrtc as webrtc_bench
+
+    return _run_suite("webrtc", "WebRTC egress benchmark", workdir, record, lambda d: webrtc_bench.run(d, quick=quick))
 
 
 def _run_one(number: int, title: str, run: Callable[[Options], list[Row]], opts: Options) -> list[Row]:
