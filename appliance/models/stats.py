@@ -67,6 +67,7 @@ class WebrtcSession(_Stats):
     bytes: int = 0  # sent and received on the session's transport (media, RTCP, DTLS)
     bitrate_bps: int = 0
     connected_secs: int = 0
+    units_dropped: int = 0  # access units a slow viewer fell behind on, skipped to the next keyframe
 
 
 class WebrtcStats(_Stats):

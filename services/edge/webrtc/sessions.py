@@ -107,6 +107,8 @@ class Session:
             "bytes": self.bytes_total,
             "bitrate_bps": self.bitrate_bps,
             "connected_secs": int(time.monotonic() - self.connected_at) if self.connected_at else 0,
+            # units a slow viewer's sender fell behind on and skipped (to the next keyframe)
+            "units_dropped": sum(track.dropped for track in self.tracks),
         }
 
     async def measure(self, interval: float) -> None:
