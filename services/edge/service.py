@@ -144,6 +144,10 @@ class EdgeService:
         self.lifecycle = FlowLifecycle(self.events.publish, trio.current_time)
         self.stats = StatsAggregator(version, self.started_at, self.lifecycle)
         self.webrtc = WebrtcSupervisor(log_level=log_level, on_watch_idle=self._on_watch_idle)
+        # Watch (status page): one offer or teardown at a time per flow, so that the tap is added
+        # once and the viewer cap holds for concurrent offers; the port each flow's tap sends to.
+        self._watch_locks: dict[str, trio.Lock] = {}
+        self._watch_taps: dict[str, int] = {}
         self.engine = Engine(
             workers=workers,
             on_stats=self._on_counters,
@@ -259,37 +263,55 @@ class EdgeService:
         """A status-page viewer's WHEP offer for ``flow_id``: the webrtc worker's reply (``ok``,
         ``status``, ``sdp``, ``session_id``...). The flow's TS reaches the worker through a hidden
         tap (``WATCH_OUTPUT_ID``, a ``udp`` output to the worker's port, like the thumbnails'),
-        which ``_on_watch_idle`` removes when the last viewer leaves."""
+        which ``_on_watch_idle`` removes when the last viewer leaves (or the first one's offer is
+        refused). Offers for one flow are handled one at a time: the worker counts a viewer only
+        once its answer is made, so concurrent offers would pass the viewer cap together."""
         self.flow(flow_id)  # 404
-        if not self.engine.is_running(flow_id):
-            raise errors.Conflict(f"flow {flow_id!r} is not running")
-        opened = await self.webrtc.request({"op": "watch_open", "flow_id": flow_id})
-        if not opened.get("ok"):
-            return opened
-        tap = UdpOutput(
-            type="udp",
-            id=WATCH_OUTPUT_ID,
-            name="status page watch",
-            dest_addr=f"127.0.0.1:{opened['media_port']}",
-            dscp=0,
-        )
-        with contextlib.suppress(EngineError):
-            await self.engine.remove_output(flow_id, WATCH_OUTPUT_ID)
+        async with self._watch_locks.setdefault(flow_id, trio.Lock()):
+            if not self.engine.is_running(flow_id):
+                raise errors.Conflict(f"flow {flow_id!r} is not running")
+            opened = await self.webrtc.request({"op": "watch_open", "flow_id": flow_id})
+            if not opened.get("ok"):
+                return opened
+            await self._watch_tap(flow_id, int(opened["media_port"]))
+            return await self.webrtc.request({"op": "offer", "flow_id": flow_id, "role": "watch", "sdp": sdp})
+
+    async def _watch_tap(self, flow_id: str, port: int) -> None:
+        """The tap to the worker's ``port``: added when missing, left alone (the viewers already
+        watching keep an uninterrupted stream) when it runs to that port, replaced otherwise
+        (a restarted webrtc worker listens on a new port)."""
+        tap = UdpOutput(type="udp", id=WATCH_OUTPUT_ID, name="status page watch", dest_addr=f"127.0.0.1:{port}", dscp=0)
         try:
             await self.engine.add_output(flow_id, tap)
-        except EngineError as exc:
-            raise errors.Internal(f"cannot tap the flow: {exc}") from exc
-        return await self.webrtc.request({"op": "offer", "flow_id": flow_id, "role": "watch", "sdp": sdp})
+        except EngineError:
+            if self._watch_taps.get(flow_id) == port:
+                return  # running already (it exists: the add was refused)
+            with contextlib.suppress(EngineError):
+                await self.engine.remove_output(flow_id, WATCH_OUTPUT_ID)
+            try:
+                await self.engine.add_output(flow_id, tap)
+            except EngineError as exc:
+                self._watch_taps.pop(flow_id, None)
+                raise errors.Internal(f"cannot tap the flow: {exc}") from exc
+        self._watch_taps[flow_id] = port
 
     def _on_watch_idle(self, flow_id: str) -> None:
         if self._nursery is not None:
             self._nursery.start_soon(self._end_watch, flow_id)
 
     async def _end_watch(self, flow_id: str) -> None:
-        with contextlib.suppress(EngineError):
-            await self.engine.remove_output(flow_id, WATCH_OUTPUT_ID)
-        with contextlib.suppress(Exception):
-            await self.webrtc.request({"op": "watch_close", "flow_id": flow_id})
+        """The last viewer left: close the worker's watch and remove the tap, unless a new viewer
+        came in the meantime (the worker keeps a watch that has sessions: ``busy``)."""
+        async with self._watch_locks.setdefault(flow_id, trio.Lock()):
+            try:
+                reply = await self.webrtc.request({"op": "watch_close", "flow_id": flow_id})
+            except Exception:  # the worker is gone (its watches with it) or restarting
+                reply = {}
+            if reply.get("busy"):
+                return
+            self._watch_taps.pop(flow_id, None)
+            with contextlib.suppress(EngineError):
+                await self.engine.remove_output(flow_id, WATCH_OUTPUT_ID)
 
     def _on_workers_lost(self, flow_ids: list[str]) -> None:
         for flow_id in flow_ids:

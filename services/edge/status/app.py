@@ -101,7 +101,8 @@ def build_monitor_app(service: EdgeService, hub: MonitorHub) -> QuartTrio:
         media_type = (request.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         if media_type != SDP:
             raise errors.UnsupportedMediaType(f"Content-Type must be {SDP}")
-        body = await request.get_data(cache=True)
+        raw = await request.get_data(cache=True)
+        body = raw if isinstance(raw, bytes) else raw.encode()
         if len(body) > MAX_SDP_BYTES:
             raise errors.PayloadTooLarge(f"an SDP offer is at most {MAX_SDP_BYTES} bytes")
         try:

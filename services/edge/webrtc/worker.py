@@ -8,8 +8,10 @@ JSON object):
   ``reply {id, ok, status?, error?, ...}``:
   ``offer {flow_id, role: whip|whep|watch, sdp}`` -> ``{session_id, sdp, etag}``;
   ``delete {flow_id, role, session_id}``; ``patch {flow_id, role, session_id, if_match, body}``;
-  ``watch_open {flow_id}`` -> ``{media_port}``; ``watch_close {flow_id}``; ``shutdown``.
-  Unprompted: ``ready`` once, and ``watch_idle {flow_id}`` when a watch's last viewer left.
+  ``watch_open {flow_id}`` -> ``{media_port}``; ``watch_close {flow_id}`` -> ``{}``, or ``{busy: true}``
+  (kept) while the watch has viewers; ``shutdown``.
+  Unprompted: ``ready`` once, and ``watch_idle {flow_id}`` when a watch's last viewer left (or its
+  first viewer's offer was refused).
 - **the kinds' socket** (``--socket``, a Unix stream socket in a 0700 directory): each engine
   kind that runs a WebRTC input or output connects, sends ``register {role, flow_id, output_id?,
   config, media_port?}`` and gets ``registered {media_port?}`` or ``refused {error}``; then this
@@ -165,9 +167,13 @@ class WebrtcWorker:
         flow_id = str(message.get("flow_id"))
         role = str(message.get("role"))
         if op == "offer":
-            answer = await asyncio.wait_for(
-                self._target(flow_id, role).offer(str(message.get("sdp", ""))), OFFER_TIMEOUT_S
-            )
+            target = self._target(flow_id, role)
+            try:
+                answer = await asyncio.wait_for(target.offer(str(message.get("sdp", ""))), OFFER_TIMEOUT_S)
+            except BaseException:
+                if isinstance(target, WatchOutput) and not target.sessions:
+                    target.on_idle()  # a refused first viewer: nobody watches, the tap can go
+                raise
             return {"status": 201, "session_id": answer.session_id, "sdp": answer.sdp, "etag": answer.etag}
         if op == "delete":
             await self._target(flow_id, role).delete(str(message.get("session_id")))
@@ -180,7 +186,10 @@ class WebrtcWorker:
         if op == "watch_open":
             return {"media_port": await self._watch_open(flow_id)}
         if op == "watch_close":
-            watch = self.watches.pop(flow_id, None)
+            watch = self.watches.get(flow_id)
+            if watch is not None and watch.sessions:
+                return {"busy": True}  # a viewer came after the idle notice: the watch stays
+            self.watches.pop(flow_id, None)
             if watch is not None:
                 await watch.close()
             return {}
