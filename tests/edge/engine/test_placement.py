@@ -23,7 +23,16 @@ def test_nothing_is_pinned_when_the_cpus_do_not_go_round() -> None:
 
 
 def _children(pid: int) -> list[int]:
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    """The engine workers among ``pid``'s children (the webrtc worker is a child too)."""
+    children = [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return [child for child in children if _is_engine_worker(child)]
+
+
+def _is_engine_worker(pid: int) -> bool:
+    try:
+        return b"services.edge.engine.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _stat(pid: int) -> list[str]:
