@@ -403,7 +403,8 @@ def main() -> None:
             f"""
 Mediaplane demo is running.
 
-  Status page {status_page}   (live flows, TR 101 290 alarms, thumbnails; no login)
+  Status page {status_page}   (live flows, TR 101 290 alarms, thumbnails, "watch" plays a flow
+                                 over WebRTC in the page; no login)
   Edge API    {API}   (config in {DEMO_DIR.relative_to(ROOT)})
   Demo flow   'demo': RTP in 127.0.0.1:5000 -> raw TS 127.0.0.1:5004 and RTP 127.0.0.1:5006
   Source      {source}

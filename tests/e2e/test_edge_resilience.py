@@ -15,6 +15,7 @@ pytestmark = pytest.mark.e2e
 
 
 def children(pid: int) -> list[int]:
+    """``pid``'s engine workers (the webrtc worker is its child too)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -22,9 +23,16 @@ def children(pid: int) -> list[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid:
+            if int(fields[1]) == pid and b"services.edge.engine.worker" in _cmdline(entry):
                 found.append(int(entry.name))
     return found
+
+
+def _cmdline(entry: Path) -> bytes:
+    try:
+        return (entry / "cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def flow(flow_id: str, port_in: int, port_out: int) -> dict[str, object]:

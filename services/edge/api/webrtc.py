@@ -22,30 +22,19 @@ from __future__ import annotations
 
 import hmac
 import time
-from typing import Final, Literal
+from typing import Literal
 
 from quart import Blueprint, Response, request
 
 from appliance import auth, errors
-from appliance.http.envelope import fail, ok
+from appliance.http.envelope import ok
 from appliance.models.config import FlowConfig, WebrtcInput, WebrtcOutput
 from services.edge.api.routes import edge
-from services.edge.webrtc.supervisor import WebrtcUnavailable
+from services.edge.webrtc import http as webrtc_http
 
 bp: Blueprint = Blueprint("edge_webrtc", __name__)
 
-SDP: Final = "application/sdp"
-TRICKLE: Final = "application/trickle-ice-sdpfrag"
-MAX_SDP_BYTES: Final = 64 * 1024
 Role = Literal["whip", "whep"]
-
-
-def _bytes(raw: str | bytes) -> bytes:
-    return raw if isinstance(raw, bytes) else raw.encode()
-
-
-def _media_type() -> str:
-    return (request.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
 
 
 def _endpoint_token(flow: FlowConfig, role: Role) -> str | None:
@@ -81,80 +70,35 @@ def _flow(flow_id: str, role: Role) -> FlowConfig:
     return flow
 
 
-async def _ask(message: dict[str, object]) -> dict[str, object]:
-    try:
-        return await edge().webrtc.request(message)
-    except WebrtcUnavailable as exc:
-        raise errors.ServiceUnavailable(str(exc)) from None
-
-
-def _refusal(reply: dict[str, object]) -> Response:
-    status = reply.get("status")
-    headers = reply.get("headers")
-    return fail(
-        str(reply.get("error") or "WebRTC session refused"),
-        status if isinstance(status, int) and 400 <= status < 600 else 500,
-        {str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else None,
-    )
-
-
 async def _offer(flow_id: str, role: Role) -> Response:
     flow = _flow(flow_id, role)
-    if _media_type() != SDP:
-        raise errors.UnsupportedMediaType(f"Content-Type must be {SDP}")
-    body = _bytes(await request.get_data(cache=True))
-    if len(body) > MAX_SDP_BYTES:
-        raise errors.PayloadTooLarge(f"an SDP offer is at most {MAX_SDP_BYTES} bytes")
-    try:
-        sdp = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise errors.InvalidInput("the body is not an SDP offer") from None
+    sdp = await webrtc_http.read_body(webrtc_http.SDP, "an SDP offer")
     if not edge().engine.is_running(flow.id):
         raise errors.Conflict(f"flow {flow.id!r} is not running")
-    reply = await _ask({"op": "offer", "flow_id": flow.id, "role": role, "sdp": sdp})
+    reply = await webrtc_http.ask(edge().webrtc.request({"op": "offer", "flow_id": flow.id, "role": role, "sdp": sdp}))
     if not reply.get("ok"):
-        return _refusal(reply)
-    session_id = str(reply["session_id"])
-    response = Response(str(reply["sdp"]), status=201, content_type=SDP)
-    response.headers["Location"] = f"/api/v1/flows/{flow.id}/{role}/{session_id}"
-    response.headers["ETag"] = str(reply.get("etag", ""))
-    # RFC 9725 §4.3.1: the server supports trickle ICE on the session (PATCH), not ICE restarts.
-    response.headers["Accept-Patch"] = TRICKLE
-    return response
+        return webrtc_http.refusal(reply)
+    return webrtc_http.answer(reply, f"/api/v1/flows/{flow.id}/{role}")
 
 
 async def _delete(flow_id: str, role: Role, session_id: str) -> Response:
     flow = _flow(flow_id, role)
-    reply = await _ask({"op": "delete", "flow_id": flow.id, "role": role, "session_id": session_id})
-    if not reply.get("ok"):
-        if reply.get("status") == 409:
-            raise errors.NotFound("session not found")
-        return _refusal(reply)
-    return ok(None)
+    message = {"op": "delete", "flow_id": flow.id, "role": role, "session_id": session_id}
+    return webrtc_http.session_gone(await webrtc_http.ask(edge().webrtc.request(message))) or ok(None)
 
 
 async def _patch(flow_id: str, role: Role, session_id: str) -> Response:
     flow = _flow(flow_id, role)
-    if _media_type() != TRICKLE:
-        raise errors.UnsupportedMediaType(f"Content-Type must be {TRICKLE}")
-    body = _bytes(await request.get_data(cache=True))
-    if len(body) > MAX_SDP_BYTES:
-        raise errors.PayloadTooLarge(f"an SDP fragment is at most {MAX_SDP_BYTES} bytes")
-    reply = await _ask(
-        {
-            "op": "patch",
-            "flow_id": flow.id,
-            "role": role,
-            "session_id": session_id,
-            "if_match": request.headers.get("If-Match"),
-            "body": body.decode("utf-8", errors="replace"),
-        }
-    )
-    if not reply.get("ok"):
-        if reply.get("status") == 409:
-            raise errors.NotFound("session not found")
-        return _refusal(reply)
-    return Response("", status=204)
+    body = await webrtc_http.read_body(webrtc_http.TRICKLE, "an SDP fragment")
+    message = {
+        "op": "patch",
+        "flow_id": flow.id,
+        "role": role,
+        "session_id": session_id,
+        "if_match": request.headers.get("If-Match"),
+        "body": body,
+    }
+    return webrtc_http.session_gone(await webrtc_http.ask(edge().webrtc.request(message))) or Response("", status=204)
 
 
 @bp.post("/api/v1/flows/<flow_id>/whip")

@@ -32,17 +32,16 @@ from importlib import resources
 from typing import Final
 
 import trio
-from quart import Response, request, websocket
+from quart import Response, websocket
 from quart_trio import QuartTrio
 
-from appliance import errors
 from appliance.http.app import create_app, discard_client_messages, first_os_error, serve
-from appliance.http.envelope import fail, ok
+from appliance.http.envelope import ok
 from appliance.models.config import UdpOutput
 from services.edge.service import EdgeService
 from services.edge.status.hub import MonitorHub
 from services.edge.status.thumbnailer import Thumbnailer
-from services.edge.webrtc.supervisor import WebrtcUnavailable
+from services.edge.webrtc import http as webrtc_http
 
 _log = logging.getLogger("mediaplane.edge.status")
 
@@ -56,19 +55,6 @@ SECURITY_HEADERS: Final = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-SDP: Final = "application/sdp"
-MAX_SDP_BYTES: Final = 64 * 1024
-
-
-def _refusal(reply: dict[str, object]) -> Response:
-    """The webrtc worker's refusal as the envelope, with its status (and ``Retry-After``)."""
-    status = reply.get("status")
-    headers = reply.get("headers")
-    return fail(
-        str(reply.get("error") or "WebRTC session refused"),
-        status if isinstance(status, int) and 400 <= status < 600 else 500,
-        {str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else None,
-    )
 
 
 def build_monitor_app(service: EdgeService, hub: MonitorHub) -> QuartTrio:
@@ -98,43 +84,17 @@ def build_monitor_app(service: EdgeService, hub: MonitorHub) -> QuartTrio:
 
     @app.post("/watch/<flow_id>")
     async def watch(flow_id: str) -> Response:
-        media_type = (request.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
-        if media_type != SDP:
-            raise errors.UnsupportedMediaType(f"Content-Type must be {SDP}")
-        raw = await request.get_data(cache=True)
-        body = raw if isinstance(raw, bytes) else raw.encode()
-        if len(body) > MAX_SDP_BYTES:
-            raise errors.PayloadTooLarge(f"an SDP offer is at most {MAX_SDP_BYTES} bytes")
-        try:
-            sdp = body.decode("utf-8")
-        except UnicodeDecodeError:
-            raise errors.InvalidInput("the body is not an SDP offer") from None
-        try:
-            reply = await service.watch_offer(flow_id, sdp)  # NotFound 404, Conflict 409
-        except WebrtcUnavailable as exc:
-            raise errors.ServiceUnavailable(str(exc)) from None
+        sdp = await webrtc_http.read_body(webrtc_http.SDP, "an SDP offer")
+        reply = await webrtc_http.ask(service.watch_offer(flow_id, sdp))  # NotFound 404, Conflict 409
         if not reply.get("ok"):
-            return _refusal(reply)
-        response = Response(str(reply["sdp"]), status=201, content_type=SDP)
-        response.headers["Location"] = f"/watch/{flow_id}/{reply['session_id']}"
-        if reply.get("etag"):
-            response.headers["ETag"] = str(reply["etag"])
-        return response
+            return webrtc_http.refusal(reply)
+        return webrtc_http.answer(reply, f"/watch/{flow_id}", patchable=False)
 
     @app.delete("/watch/<flow_id>/<session_id>")
     async def unwatch(flow_id: str, session_id: str) -> Response:
         service.flow(flow_id)  # 404
-        try:
-            reply = await service.webrtc.request(
-                {"op": "delete", "flow_id": flow_id, "role": "watch", "session_id": session_id}
-            )
-        except WebrtcUnavailable as exc:
-            raise errors.ServiceUnavailable(str(exc)) from None
-        if not reply.get("ok"):
-            if reply.get("status") == 409:  # the flow is not being watched: no such session
-                raise errors.NotFound("session not found")
-            return _refusal(reply)
-        return ok(None)
+        message = {"op": "delete", "flow_id": flow_id, "role": "watch", "session_id": session_id}
+        return webrtc_http.session_gone(await webrtc_http.ask(service.webrtc.request(message))) or ok(None)
 
     @app.websocket("/ws")
     async def ws() -> None:
