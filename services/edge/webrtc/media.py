@@ -454,6 +454,12 @@ class RtcToTs:
             self.stats.dropped_video += 1
             return []
         ts = self._video_unwrap(rtp_timestamp)
+        if ts == self._last_video_ts:
+            # RFC 6184 §5.1: one timestamp is one access unit. A second frame on it is what a
+            # receiver reassembled after losing part of the picture: the picture already went out
+            # (damaged, and a PLI follows); a second unit on one DTS would break the TS.
+            self.stats.dropped_video += 1
+            return []
         data = self._inserter.process(bytes(annexb))
         keyframe = annexb_keyframe("h264", data)
         if keyframe is None:

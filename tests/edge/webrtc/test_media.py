@@ -319,3 +319,18 @@ def test_rtc_to_ts_audio_gap_is_filled_and_video_only_session(tmp_path: Path) ->
     streams = info["streams"]
     assert isinstance(streams, list) and [s["codec_name"] for s in streams] == ["aac"]
     assert float(streams[0]["duration"]) == pytest.approx(1.0, abs=0.1)
+
+
+def test_a_second_frame_on_one_timestamp_is_dropped() -> None:
+    """RFC 6184 §5.1: a timestamp is one access unit; a reassembled remainder is not muxed twice."""
+    from services.edge.webrtc.media import RtcToTs
+
+    idr = (
+        b"\x00\x00\x00\x01\x67\x42\xc0\x1f\x8c\x8d\x40"
+        + b"\x00\x00\x00\x01\x68\xce\x3c\x80"
+        + b"\x00\x00\x00\x01\x65\x88\x84"
+    )
+    mux = RtcToTs(video=True, audio=False)
+    mux.on_video(idr, 0, 1.0)
+    mux.on_video(idr, 0, 1.01)
+    assert mux.stats.dropped_video == 1 and mux.stats.video_units == 1
