@@ -295,6 +295,11 @@ class EdgeService:
                 raise errors.Internal(f"cannot tap the flow: {exc}") from exc
         self._watch_taps[flow_id] = port
 
+    def _want_webrtc(self, *kinds: Any) -> None:
+        """Start the webrtc worker when one of ``kinds`` (an input or outputs) needs it."""
+        if any(getattr(kind, "type", None) in ("webrtc", "whep") for kind in kinds):
+            self.webrtc.want()
+
     def _on_watch_idle(self, flow_id: str) -> None:
         if self._nursery is not None:
             self._nursery.start_soon(self._end_watch, flow_id)
@@ -361,6 +366,7 @@ class EdgeService:
     async def _start(self, flow: FlowConfig, *, raise_errors: bool = True) -> None:
         self.lifecycle.fire(flow.id, Trigger.START)
         try:
+            self._want_webrtc(flow.input, *flow.outputs)
             await self.engine.start_flow(flow)
         except EngineError as exc:
             self.lifecycle.fire(flow.id, Trigger.START_FAILED, str(exc))
@@ -478,6 +484,7 @@ class EdgeService:
             await self._persist(self._with_flows([new_flow if f.id == flow_id else f for f in previous.flows], []))
             if self.engine.is_running(flow_id):
                 try:
+                    self._want_webrtc(output)
                     await self.engine.add_output(flow_id, output)
                 except EngineError as exc:
                     await self._persist(previous)  # roll the file back: the output never ran
@@ -638,6 +645,7 @@ class EdgeService:
                 for output in change.added:
                     if change.flow_id in hot:
                         try:
+                            self._want_webrtc(output)
                             await self.engine.add_output(change.flow_id, output)
                         except EngineError as exc:
                             self.publish(

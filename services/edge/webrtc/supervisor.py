@@ -41,6 +41,7 @@ class WebrtcSupervisor:
         self._log_level = log_level
         self._worker: WorkerProcess | None = None
         self._ready = trio.Event()
+        self._wanted = trio.Event()
         self.on_watch_idle = on_watch_idle
         self.restarts = 0
 
@@ -49,10 +50,16 @@ class WebrtcSupervisor:
         worker = self._worker
         return worker.process.pid if worker is not None and worker.alive else None
 
+    def want(self) -> None:
+        """Start the worker (if it is not yet): a WebRTC kind or the status page's watch needs it.
+        An edge that never runs one never pays for the process (aiortc and PyAV imports)."""
+        self._wanted.set()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Keep one worker running (started in the background: its imports take a while)."""
+        """Keep one worker running once it is wanted (in the background: its imports take a while)."""
         task_status.started()
         try:
+            await self._wanted.wait()
             while True:
                 worker = await WorkerProcess.spawn(
                     "services.edge.webrtc.worker", ["--socket", self.socket_path, "--log-level", self._log_level]
@@ -77,8 +84,9 @@ class WebrtcSupervisor:
         if message.get("op") == "watch_idle" and self.on_watch_idle is not None:
             self.on_watch_idle(str(message.get("flow_id")))
 
-    async def request(self, message: dict[str, Any], *, wait_ready: float = 5.0) -> dict[str, Any]:
+    async def request(self, message: dict[str, Any], *, wait_ready: float = 20.0) -> dict[str, Any]:
         """Send ``message`` and return the worker's reply; WebrtcUnavailable without a worker."""
+        self.want()
         with trio.move_on_after(wait_ready):
             await self._ready.wait()
         worker = self._worker
