@@ -26,6 +26,7 @@ from appliance.http.envelope import bare_fail, json_response
 from services.manager.api import register_api
 from services.manager.service import SERVICE_CONFIG_KEY, SERVICE_NAME, ManagerService
 from services.manager.settings import TlsMode
+from services.manager.web import register_web
 
 __all__ = ["HSTS", "SERVICE_KEY", "build_app", "manager_service", "security_headers", "with_security_headers"]
 
@@ -48,6 +49,7 @@ def build_app(service: ManagerService) -> QuartTrio:
     app.asgi_app = with_security_headers(app.asgi_app, headers)  # type: ignore[method-assign,assignment]
     app.register_blueprint(bp)
     register_api(app)
+    register_web(app)  # the dashboard's pages (issue 21), clients of the API above
     return app
 
 

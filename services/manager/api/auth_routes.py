@@ -24,7 +24,7 @@ from appliance import errors
 from appliance.http.app import read_json_object, validate
 from appliance.http.envelope import bare_fail, json_response, status_for
 from services.manager import auth
-from services.manager.service import SERVICE_CONFIG_KEY, LoginResult, ManagerService, Principal, UserOut
+from services.manager.service import LOGIN_WINDOW, SERVICE_CONFIG_KEY, LoginResult, ManagerService, Principal, UserOut
 from services.manager.settings import TlsMode
 from services.manager.store import Role
 
@@ -130,7 +130,12 @@ _LOGIN: Final = TypeAdapter(LoginRequest)
 
 
 def _login_error(message: str, status: int) -> Response:
-    return json_response({"success": False, "csrf_token": None, "user": None, "error": message}, status)
+    response = json_response({"success": False, "csrf_token": None, "user": None, "error": message}, status)
+    if status == 429:
+        # The limit counts attempts in a sliding 60 s window (interop.md 7.1): after 60 s none of
+        # them counts any more. The sign-in page shows this wait rather than failing silently.
+        response.headers["Retry-After"] = str(int(LOGIN_WINDOW.total_seconds()))
+    return response
 
 
 def _cookie(name: str, value: str, max_age: int, *, http_only: bool) -> str:

@@ -1,0 +1,2 @@
+/* The assistant page (being built). */
+"use strict";

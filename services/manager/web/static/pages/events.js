@@ -1,0 +1,2 @@
+/* The events page (being built). */
+"use strict";

@@ -1,0 +1,2 @@
+/* The fleet page (being built). */
+"use strict";

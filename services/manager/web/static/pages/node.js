@@ -1,0 +1,2 @@
+/* The node page (being built). */
+"use strict";

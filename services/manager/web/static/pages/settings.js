@@ -1,0 +1,2 @@
+/* The settings page (being built). */
+"use strict";

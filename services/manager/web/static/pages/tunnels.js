@@ -1,0 +1,2 @@
+/* The tunnels page (being built). */
+"use strict";

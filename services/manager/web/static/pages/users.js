@@ -1,0 +1,2 @@
+/* The users page (being built). */
+"use strict";
