@@ -142,14 +142,14 @@ async def _render(page: str, principal: Principal, *, status: int = 200, **conte
     return _html(body, status)
 
 
-async def _page(name: str, **context: str) -> Response:
+async def _page(name: str, context: dict[str, str] | None = None) -> Response:
     principal = await _signed_in()
     if principal is None:
         return _to_login()
     needed = _BY_NAME[name].role if name in _BY_NAME else Role.VIEWER
     if not auth.has_role(principal.role, needed):
         return await _render("forbidden", principal, status=403, needed=needed.value)
-    return await _render(name, principal, **context)
+    return await _render(name, principal, **(context or {}))
 
 
 # --------------------------------------------------------------------------- pages
@@ -177,7 +177,7 @@ async def node(node_id: str) -> Response:
         if principal is None:
             return _to_login()
         return await _render("not_found", principal, status=404)
-    return await _page("node", node_id=str(parsed))
+    return await _page("node", {"node_id": str(parsed)})
 
 
 @bp.get("/events")
