@@ -122,7 +122,9 @@ def _html(body: str, status: int = 200) -> Response:
     return response
 
 
-async def _render(page: str, principal: Principal, *, status: int = 200, **context: str) -> Response:
+async def _render(
+    page: str, principal: Principal, *, status: int = 200, context: dict[str, str] | None = None
+) -> Response:
     role = principal.role
     user = principal.user
     nav = [item for item in PAGES if auth.has_role(role, item.role)]
@@ -137,7 +139,7 @@ async def _render(page: str, principal: Principal, *, status: int = 200, **conte
         can_operate=auth.has_role(role, Role.OPERATOR),
         can_admin=auth.has_role(role, Role.ADMIN),
         is_super=role is Role.SUPER_ADMIN,
-        **context,
+        **(context or {}),
     )
     return _html(body, status)
 
@@ -148,8 +150,8 @@ async def _page(name: str, context: dict[str, str] | None = None) -> Response:
         return _to_login()
     needed = _BY_NAME[name].role if name in _BY_NAME else Role.VIEWER
     if not auth.has_role(principal.role, needed):
-        return await _render("forbidden", principal, status=403, needed=needed.value)
-    return await _render(name, principal, **(context or {}))
+        return await _render("forbidden", principal, status=403, context={"needed": needed.value})
+    return await _render(name, principal, context=context)
 
 
 # --------------------------------------------------------------------------- pages
