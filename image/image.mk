@@ -33,7 +33,7 @@ image-wheelhouse:
 	rm -rf $(IMAGE_WHEELHOUSE) && mv $(IMAGE_WHEELHOUSE_TMP) $(IMAGE_WHEELHOUSE)
 
 # What the image is built from: a change to any of these rebuilds it.
-IMAGE_INPUTS := mkosi.conf pyproject.toml requirements.lock tools/manpages.py $(shell find mkosi.conf.d image appliance services cli \
+IMAGE_INPUTS := mkosi.conf pyproject.toml requirements.lock tools/manpages.py tools/npm-assets.json $(shell find mkosi.conf.d image appliance services cli \
 	-type f -not -path 'image/wheelhouse*' -not -name '*.pyc' 2>/dev/null)
 
 ## make image: builds mkosi.output/mediaplane.raw (cold ~3 min, incremental ~1 min)
@@ -41,6 +41,8 @@ image: $(IMAGE_RAW)
 
 $(IMAGE_RAW): $(IMAGE_INPUTS)
 	$(MAKE) -f $(firstword $(MAKEFILE_LIST)) image-deps man image-wheelhouse
+	# The dashboard's pinned npm files (a no-op when build/vendor/npm already holds them).
+	$(PY) -m tools.vendor_npm
 	@start=$$(date +%s); \
 	mkosi --force build || exit 1; \
 	end=$$(date +%s); \

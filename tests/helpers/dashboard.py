@@ -68,9 +68,12 @@ class DashboardFleet:
 
 @contextlib.contextmanager
 def dashboard_fleet(
-    tmp_path: Path, name: str = "manager", env: dict[str, str] | None = None
+    tmp_path: Path, name: str = "manager", env: dict[str, str] | None = None, login_limit: int | None = 100
 ) -> Iterator[DashboardFleet]:
-    """A started ``mp-manager`` with its first super_admin, and a signed-in API client."""
+    """A started ``mp-manager`` with its first super_admin, and a signed-in API client.
+
+    ``login_limit`` sets ``max_login_attempts`` (default 5 per IP per minute: a test signing in
+    several browsers and clients from 127.0.0.1 would meet it); None keeps the default."""
     data_dir = tmp_path / name
     done = setup_super_admin(data_dir)
     assert done.returncode == 0, done.stderr
@@ -78,6 +81,9 @@ def dashboard_fleet(
     try:
         with manager.client(timeout=20) as admin:
             assert login(admin).status_code == 200
+            if login_limit is not None:
+                answer = admin.put("/api/v1/settings", json={"settings": {"max_login_attempts": login_limit}})
+                assert answer.status_code == 200, answer.text
             yield DashboardFleet(manager, admin)
     finally:
         manager.stop()
