@@ -10,29 +10,9 @@ import pytest
 
 from tests.helpers.edge import free_udp_port, running_edge, wait_for
 from tests.helpers.media import UdpSink, rtp_stream, send_datagrams
+from tests.helpers.procfs import engine_workers
 
 pytestmark = pytest.mark.e2e
-
-
-def children(pid: int) -> list[int]:
-    """``pid``'s engine workers (the webrtc worker is its child too)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and b"services.edge.engine.worker" in _cmdline(entry):
-                found.append(int(entry.name))
-    return found
-
-
-def _cmdline(entry: Path) -> bytes:
-    try:
-        return (entry / "cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def flow(flow_id: str, port_in: int, port_out: int) -> dict[str, object]:
@@ -48,13 +28,13 @@ def test_a_killed_worker_takes_only_its_flows_down_and_they_come_back(tmp_path: 
     port_in, port_out = free_udp_port(), free_udp_port()
     with running_edge(tmp_path) as edge, edge.client() as api:
         assert api.post("/api/v1/flows", json=flow("w1", port_in, port_out)).status_code == 200
-        workers = wait_for(lambda: [p for p in children(edge.process.pid)])
+        workers = wait_for(lambda: [p for p in engine_workers(edge.process.pid)])
         os.kill(workers[0], signal.SIGKILL)
         # The API stays up; the flow goes to Error, then the control process restarts it.
         assert api.get("/health").status_code == 200
         wait_for(lambda: api.get("/api/v1/stats/w1").json()["data"]["state"] == "Error", timeout=10, interval=0.01)
         wait_for(lambda: api.get("/api/v1/stats/w1").json()["data"]["state"] == "Running", timeout=20)
-        assert workers[0] not in children(edge.process.pid)
+        assert workers[0] not in engine_workers(edge.process.pid)
         with UdpSink(port_out) as sink:
             send_datagrams(("127.0.0.1", port_in), list(rtp_stream(50)), pps=1000)
             wait_for(lambda: len(sink.datagrams) == 50, timeout=5)

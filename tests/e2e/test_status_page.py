@@ -12,7 +12,6 @@ unset, and a monitor port that cannot be bound leaves the edge running without t
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import socket
@@ -24,8 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_setup_browser import CHROMIUM, CHROMIUM_ARGS, WAIT_MS, _need_chromium
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, WAIT_MS
+from tests.helpers.browser import need_chromium as _need_chromium
 from tests.helpers.edge import Edge, auth_section, free_port, free_udp_port, running_edge, wait_for
+from tests.helpers.procfs import children, listening_tcp_ports
 from tools.demo import FFMPEG as DEMO_FFMPEG
 from tools.demo import FLOW as DEMO_FLOW
 
@@ -67,37 +68,6 @@ def demo_stream() -> Iterator[int]:
             process.wait(5)
 
 
-def _listening_ports(pid: int) -> set[int]:
-    """The TCP ports process ``pid`` listens on (its socket inodes matched in /proc/net/tcp*)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
-def _ffmpeg_children(pid: int) -> list[int]:
-    children = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            try:
-                if Path(f"/proc/{child}/comm").read_text().strip() == "ffmpeg":
-                    children.append(int(child))
-            except OSError:
-                pass
-    return children
-
-
 def _running_with_video(edge: Edge) -> bool:
     with edge.client("monitor") as client:
         flow = client.get("/api/v1/stats/demo").json()["data"]
@@ -115,7 +85,7 @@ def test_status_page_in_chromium(tmp_path: Path, demo_stream: int) -> None:
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
     with running_edge(tmp_path, config=_config(monitor_port, demo_stream, free_udp_port())) as edge:
-        assert _listening_ports(edge.process.pid) == {edge.port, monitor_port}
+        assert listening_tcp_ports(edge.process.pid) == {edge.port, monitor_port}
         wait_for(lambda: _running_with_video(edge), timeout=30, interval=0.5)
 
         # GET /api/stats: the data of /api/v1/stats, with no token although auth is on.
@@ -178,7 +148,7 @@ def test_status_page_in_chromium(tmp_path: Path, demo_stream: int) -> None:
                     " return [i.naturalWidth, i.naturalHeight]; }"
                 )
                 assert size == [320, 180], size
-                assert len(_ffmpeg_children(edge.process.pid)) == 1  # one decoder for the one flow
+                assert len(children(edge.process.pid, comm="ffmpeg")) == 1  # one decoder for the one flow
                 # The demo's 1 kHz tone has a level (the same ffmpeg measures each audio PID).
                 expect(card.locator(".media .level")).to_contain_text("dBFS", timeout=WAIT_MS)
                 page.wait_for_timeout(1500)  # a sparkline with a few points
@@ -200,7 +170,7 @@ def test_status_page_in_chromium(tmp_path: Path, demo_stream: int) -> None:
                 browser.close()
 
         # The last viewer gone, the decoding stops: no ffmpeg is left under the edge.
-        wait_for(lambda: not _ffmpeg_children(edge.process.pid), timeout=10, interval=0.2)
+        wait_for(lambda: not children(edge.process.pid, comm="ffmpeg"), timeout=10, interval=0.2)
         # The tap is never configuration: it is not in the config or the stats.
         with edge.client("admin") as admin:
             config = admin.get("/api/v1/config").json()["data"]
@@ -212,7 +182,7 @@ def test_status_page_in_chromium(tmp_path: Path, demo_stream: int) -> None:
 
 def test_no_monitor_listener_when_unset(tmp_path: Path) -> None:
     with running_edge(tmp_path, config=_config(None, free_udp_port(), free_udp_port())) as edge:
-        assert _listening_ports(edge.process.pid) == {edge.port}
+        assert listening_tcp_ports(edge.process.pid) == {edge.port}
         assert httpx.get(edge.url + "/api/stats", timeout=10).status_code == 404
         assert "status page" not in edge.log()
 
@@ -225,4 +195,4 @@ def test_monitor_port_taken_leaves_the_edge_running(tmp_path: Path) -> None:
         with running_edge(tmp_path, config=_config(port, free_udp_port(), free_udp_port())) as edge:
             assert httpx.get(edge.url + "/health", timeout=10).status_code == 200
             wait_for(lambda: "status page: cannot listen on 127.0.0.1:" in edge.log(), timeout=10)
-            assert _listening_ports(edge.process.pid) == {edge.port}
+            assert listening_tcp_ports(edge.process.pid) == {edge.port}

@@ -14,7 +14,6 @@ answered, the others 503 with ``Retry-After``). A refused first viewer leaves no
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from tests.helpers.edge import Edge, auth_section, free_port, free_udp_port, running_edge, wait_for
+from tests.helpers.procfs import engine_workers, udp_socket_count, webrtc_worker
 from tests.helpers.tools import need_tool
 from tests.helpers.webrtc import _h264_preferences, _peer_connection, _post_offer, chromium, post_sdp
 from tests.helpers.webrtc import wait_for as page_wait
@@ -285,40 +285,22 @@ def test_watch_viewer_cap_holds_for_concurrent_offers(watched: Watched) -> None:
         assert refused.json() == {"success": False, "error": f"viewer limit reached ({MAX_VIEWERS})"}
 
 
-def _udp_sockets(pid: int) -> int:
-    """How many UDP sockets process ``pid`` has (its socket inodes matched in /proc/net/udp)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    lines = Path("/proc/net/udp").read_text().splitlines()[1:]
-    return sum(1 for line in lines if line.split()[9] in inodes)
-
-
 def _workers(edge: Edge) -> dict[str, int]:
     """The edge's engine and webrtc worker processes by kind."""
-    found = {}
-    for task in Path(f"/proc/{edge.process.pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            for kind in ("engine", "webrtc"):
-                if f"services.edge.{kind}.worker".encode() in command:
-                    found[kind] = int(child)
-    return found
+    engine, webrtc = engine_workers(edge.process.pid), webrtc_worker(edge.process.pid)
+    return {**({"engine": engine[0]} if engine else {}), **({"webrtc": webrtc} if webrtc else {})}
 
 
 def test_refused_first_viewer_leaves_no_tap(watched: Watched) -> None:
     """An offer refused while nobody watches (here 400: audio only) takes the tap and the webrtc
-    worker's watch socket away again: the engine worker keeps only its input socket."""
-    workers = _workers(watched.edge)
-    assert workers.keys() == {"engine", "webrtc"}, workers
+    worker's watch socket away again: the engine worker keeps only its input socket. (Run alone,
+    the offer is what starts the webrtc worker: it starts when first needed.)"""
 
     def unwatched() -> bool:
-        return _udp_sockets(workers["engine"]) == 1 and _udp_sockets(workers["webrtc"]) == 0
+        workers = _workers(watched.edge)
+        if "webrtc" in workers and udp_socket_count(workers["webrtc"]) != 0:
+            return False
+        return "engine" in workers and udp_socket_count(workers["engine"]) == 1
 
     wait_for(unwatched, timeout=15, interval=0.2)  # whatever the other tests left has gone
 
@@ -334,4 +316,5 @@ def test_refused_first_viewer_leaves_no_tap(watched: Watched) -> None:
 
     result = asyncio.run(asyncio.wait_for(audio_only(), 60))
     assert result["status"] == 400, result
+    assert _workers(watched.edge).keys() == {"engine", "webrtc"}
     wait_for(unwatched, timeout=10, interval=0.2)

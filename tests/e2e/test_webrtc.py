@@ -25,6 +25,7 @@ from tests.helpers.edge import Edge, free_port, free_udp_port, start_edge, wait_
 from tests.helpers.edge import edge_events as events
 from tests.helpers.edge import flow_stats as stats
 from tests.helpers.media import UdpSink, ts_decode_errors
+from tests.helpers.procfs import webrtc_worker
 from tests.helpers.tools import need_tool
 from tests.helpers.webrtc import (
     chromium,
@@ -438,29 +439,14 @@ def test_a_crashed_webrtc_worker_ends_its_sessions_and_comes_back(setup: Setup, 
     )
     publisher.start()
     wait_for(lambda: session_count(a, "whip") == 1, timeout=30)
-    old = webrtc_worker_pid(a)
+    old = webrtc_worker(a.process.pid)
+    assert old is not None
     os.kill(old, signal.SIGKILL)
     wait_for(lambda: any("webrtc worker exited" in t for t in event_texts(a, "whip")), timeout=15)
     assert stats(a, "feed")["state"] == "Running" and stats(a, "whip")["state"] == "Running"
-    wait_for(lambda: webrtc_worker_pid(a) not in (None, old), timeout=60)
+    wait_for(lambda: webrtc_worker(a.process.pid) not in (None, old), timeout=60)
     publisher.join(40)
     again = whip_send_file(
         a.url, "whip", TOKEN, source_path="testsrc=size=320x180:rate=30", media_format="lavfi", seconds=3
     )
     assert again["status"] == 201 and again["connected"], again
-
-
-def webrtc_worker_pid(edge: Edge) -> int | None:
-    """The pid of ``edge``'s webrtc worker (a child of mp-edge), or None."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == edge.process.pid and b"services.edge.webrtc.worker" in cmdline:
-            return int(entry.name)
-    return None

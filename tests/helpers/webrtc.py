@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -640,6 +641,17 @@ async def _delete(base: str, location: str | None, token: str | None, timeout: f
     return response.status_code
 
 
+def _blocking(
+    client: Callable[..., Coroutine[Any, Any, dict[str, Any]]], slack: int, *args: Any, **options: Any
+) -> dict[str, Any]:
+    """Run an aiortc client coroutine to its end in a fresh asyncio loop (the sync wrappers below), bounded
+    by its ``seconds`` plus ``slack`` times its ``timeout`` (each at the client's own default when not given)."""
+    bound = inspect.signature(client).bind(*args, **options)
+    bound.apply_defaults()
+    limit = bound.arguments["seconds"] + slack * bound.arguments["timeout"]
+    return asyncio.run(asyncio.wait_for(client(*bound.args, **bound.kwargs), limit))
+
+
 async def whep_receive_async(
     base: str,
     flow_id: str,
@@ -718,20 +730,7 @@ async def whep_receive_async(
     return result
 
 
-def whep_receive(
-    base: str,
-    flow_id: str,
-    token: str | None = None,
-    *,
-    seconds: float = 5.0,
-    min_frames: int | None = None,
-    audio: bool = True,
-    delete: bool = True,
-    clock: bool = False,
-    timeout: float = 10.0,
-    max_bundle: bool = False,
-    loopback: bool = False,
-) -> dict[str, Any]:
+def whep_receive(base: str, flow_id: str, token: str | None = None, **options: Any) -> dict[str, Any]:
     """Receive ``flow_id`` over WHEP with aiortc, decoding video frames for up to ``seconds`` (from the POST), or
     until ``min_frames`` came, or the track/connection ended; then ``DELETE`` the session (unless ``delete=False``
     or it ended). Blocking (``asyncio.run``): from trio, ``await trio.to_thread.run_sync(lambda: whep_receive(...))``.
@@ -742,20 +741,7 @@ def whep_receive(
     ``latencies`` (ms) and ``undecoded``.
     ``max_bundle``/``loopback``: see ``_peer_connection`` (``loopback`` where 127.0.0.1 is the host's only IPv4).
     """
-    coro = whep_receive_async(
-        base,
-        flow_id,
-        token,
-        seconds=seconds,
-        min_frames=min_frames,
-        audio=audio,
-        delete=delete,
-        clock=clock,
-        timeout=timeout,
-        max_bundle=max_bundle,
-        loopback=loopback,
-    )
-    return asyncio.run(asyncio.wait_for(coro, seconds + 3 * timeout))
+    return _blocking(whep_receive_async, 3, base, flow_id, token, **options)
 
 
 async def whip_send_file_async(
@@ -829,22 +815,7 @@ async def whip_send_file_async(
     return result
 
 
-def whip_send_file(
-    base: str,
-    flow_id: str,
-    token: str | None = None,
-    *,
-    source_path: str,
-    seconds: float = 5.0,
-    audio: bool = True,
-    loop: bool | None = None,
-    delete: bool = True,
-    timeout: float = 10.0,
-    media_format: str | None = None,
-    media_options: dict[str, str] | None = None,
-    max_bundle: bool = False,
-    loopback: bool = False,
-) -> dict[str, Any]:
+def whip_send_file(base: str, flow_id: str, token: str | None = None, **options: Any) -> dict[str, Any]:
     """Publish ``source_path`` (any file FFmpeg reads: mp4, ts...; or e.g. ``"testsrc=size=640x360:rate=30"`` with
     ``media_format="lavfi"``; ``loop`` defaults to looping files only) to ``flow_id`` over WHIP with aiortc for
     ``seconds`` after connecting: video re-encoded to H.264 (the only codec offered), audio to Opus. Then
@@ -855,19 +826,4 @@ def whip_send_file(
     ``video_packets_sent``/``audio_packets_sent`` (and ``*_bytes_sent``), ``connection_states``, ``delete_status``.
     ``max_bundle``/``loopback``: as for :func:`whep_receive`.
     """
-    coro = whip_send_file_async(
-        base,
-        flow_id,
-        token,
-        source_path=source_path,
-        seconds=seconds,
-        audio=audio,
-        loop=loop,
-        delete=delete,
-        timeout=timeout,
-        media_format=media_format,
-        media_options=media_options,
-        max_bundle=max_bundle,
-        loopback=loopback,
-    )
-    return asyncio.run(asyncio.wait_for(coro, seconds + 4 * timeout))
+    return _blocking(whip_send_file_async, 4, base, flow_id, token, **options)

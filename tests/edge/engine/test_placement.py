@@ -9,6 +9,7 @@ import pytest
 
 from services.edge.engine.supervisor import WORKER_NICE, WORKER_REALTIME, cpu_plan, default_worker_count
 from tests.helpers.edge import running_edge, wait_for
+from tests.helpers.procfs import engine_workers
 
 
 def test_the_control_process_keeps_the_first_cpu_and_each_worker_gets_another() -> None:
@@ -20,19 +21,6 @@ def test_the_control_process_keeps_the_first_cpu_and_each_worker_gets_another() 
 def test_nothing_is_pinned_when_the_cpus_do_not_go_round() -> None:
     assert cpu_plan(1, [0]) == (None, [None])  # one CPU: everything shares it
     assert cpu_plan(2, [0, 1]) == (None, [None, None])  # two workers would share a pinned core
-
-
-def _children(pid: int) -> list[int]:
-    """The engine workers among ``pid``'s children (the webrtc worker is a child too)."""
-    children = [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    return [child for child in children if _is_engine_worker(child)]
-
-
-def _is_engine_worker(pid: int) -> bool:
-    try:
-        return b"services.edge.engine.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
 
 
 def _stat(pid: int) -> list[str]:
@@ -51,7 +39,7 @@ def _realtime(pid: int) -> tuple[int, int]:
 
 def _workers(control: int) -> list[int]:
     found: list[int] = wait_for(
-        lambda: len(children := _children(control)) == default_worker_count() and children, timeout=30
+        lambda: len(children := engine_workers(control)) == default_worker_count() and children, timeout=30
     )
     return found
 
