@@ -39,7 +39,7 @@ import av
 import av.error
 
 from ..core.depay.common import Frame
-from ..core.depay.session import _DtsDeriver  # one DTS derivation for every RTP video ingest
+from ..core.depay.session import DtsDeriver  # one DTS derivation for every RTP video ingest
 from ..core.mux.codec import (
     H264_NAL_AUD,
     AacConfig,
@@ -423,7 +423,7 @@ class RtcToTs:
         self._last_video_pts: int | None = None
         # Made when a picture presents before the one sent ahead of it (B-frames): WebRTC senders
         # normally use none, and DTS = PTS then costs no delay.
-        self._dts: _DtsDeriver | None = None
+        self._dts: DtsDeriver | None = None
         self._audio_unwrap = _Unwrapper(RTP_WRAP)
         self._inserter = ParameterSetInserter("h264")
         self._encoder: av.AudioCodecContext | None = None
@@ -475,7 +475,7 @@ class RtcToTs:
         self._last_video_ts = ts
         pts = anchor.offset90 + ts - anchor.first_ts
         if self._dts is None and self._last_video_pts is not None and pts < self._last_video_pts:
-            self._dts = _DtsDeriver()
+            self._dts = DtsDeriver()
             self.stats.reordered = True
         self._last_video_pts = pts
         self.stats.video_units += 1

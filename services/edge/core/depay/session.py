@@ -104,8 +104,11 @@ class SessionStats:
     sessions: int = 0
 
 
-class _DtsDeriver:
-    """Decoding times for pictures given in decoding order with presentation times."""
+class DtsDeriver:
+    """Decoding times for pictures given in decoding order with presentation times.
+
+    The one DTS derivation of every RTP video ingest: the RTSP input's sessions and the WebRTC
+    ingest (``services/edge/webrtc/media.py``) both use it."""
 
     __slots__ = ("_delay", "_heap", "_held", "_last", "_started")
 
@@ -168,7 +171,7 @@ class _Track:
     sr: SenderReport | None = None
     seen_lost: int = 0
     seen_bad: int = 0
-    dts: _DtsDeriver = field(default_factory=_DtsDeriver)
+    dts: DtsDeriver = field(default_factory=DtsDeriver)
 
     def unwrap(self, ts: int, near: int | None = None) -> int:
         """The extended RTP timestamp nearest ``near`` (default: the last packet's), 32-bit wrap."""
@@ -458,4 +461,4 @@ class MediaSession:
         return self._units.push(unit)
 
 
-__all__ = ["DTS_WINDOW", "MediaSession", "SessionStats", "TrackSpec"]
+__all__ = ["DTS_WINDOW", "DtsDeriver", "MediaSession", "SessionStats", "TrackSpec"]
