@@ -429,7 +429,10 @@ Second edge and relay (tunnels, docs/relay.md):
   {bin_dir}/mp --url {EDGE_B_API} stats from-edge-a
   ffplay udp://127.0.0.1:5032          (the demo flow, after its trip through the relay)
 
-Manager (docs/manager.md):
+Manager (docs/manager.md, docs/dashboard.md):
+  Dashboard    {MANAGER_URL}/   sign in as {MANAGER_USER} / {MANAGER_PASSWORD}  (fleet, node pages with
+               start/stop and the config editor, events, tunnels, users, settings, assistant;
+               the browser warns once about the self-signed certificate)
   {MANAGER_URL}/health   self-signed certificate in {MANAGER_DIR.relative_to(ROOT)}/tls/cert.pem
   link         {linked}
   login: curl -sk -X POST {MANAGER_URL}/api/v1/auth/login -H 'Content-Type: application/json' \\
