@@ -75,6 +75,7 @@ from appliance.protocol import (
 )
 from appliance.protocol import CommandTimedOut as CommandTimeoutEvent
 from appliance.protocol import DeviceType as ProtocolDeviceType
+from services.manager.history import BitrateHistory
 from services.manager.reports import DEFAULT_INTERVAL_S as REPORTS_INTERVAL_S
 from services.manager.reports import NodeReports
 from services.manager.secrets import SecretBox, SecretUnreadable
@@ -297,6 +298,8 @@ class NodeHub:
         }
         self.frames_dropped = 0
         """Frames the sessions dropped (malformed, oversized, unexpected), all sockets together."""
+        self.history = BitrateHistory()
+        """The last minutes of every flow's bit rates (the dashboard's charts start from it)."""
 
     # ------------------------------------------------------------------ views
     @property
@@ -327,6 +330,10 @@ class NodeHub:
         """The status of a connected node by the stats rule; None when not connected."""
         conn = self._connections.get(node_id)
         return conn.status if conn is not None else None
+
+    def wall_time(self) -> float:
+        """Now, in Unix seconds, from the hub's wall clock."""
+        return self._wall_clock().timestamp()
 
     async def run(self) -> None:
         """Writes what nodes report (:attr:`reports`) until cancelled. Start it once, beside serving."""
@@ -524,6 +531,7 @@ class NodeHub:
     async def _on_stats(self, conn: _Connection, event: ManagerEvent) -> None:
         assert isinstance(event, StatsReceived) and conn.node_id is not None
         conn.stats = event.stats.root
+        self.history.record(conn.node_id, event.stats.root, self.wall_time())
         status = status_from_stats(event.stats.root)
         now = trio.current_time()
         if status is not conn.status or now - conn.last_seen_written >= self._last_seen_write_interval_s:

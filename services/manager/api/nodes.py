@@ -341,6 +341,30 @@ async def new_token(node_id: str) -> Response:
     return json_response({"registration_token": token}, headers={"Cache-Control": "no-store"})
 
 
+# --------------------------------------------------------------------------- history
+HISTORY_SECONDS_MAX: Final = 3600
+
+
+@bp.get("/api/v1/nodes/<node_id>/history")
+@require(Role.VIEWER)
+async def get_history(node_id: str) -> Response:
+    """The node's flows' bit rates over the last minutes (``?seconds=N``, default the whole window
+    of ten minutes), kept by the hub from the ``stats`` frames: ``{window_secs, flows: [{flow_id,
+    flow_name, t: [Unix s], input_bps: [...], output_bps: [...]}]}``. Beyond the interface: the
+    dashboard's charts start from it (docs/dashboard.md)."""
+    uid = _check_node_access(node_id)
+    if uid is None or await _find(uid) is None:
+        raise _not_found()
+    raw = request.args.get("seconds")
+    seconds = None
+    if raw is not None:
+        if not raw.isdigit() or not 1 <= int(raw) <= HISTORY_SECONDS_MAX:
+            raise errors.InvalidInput(f"seconds must be a whole number from 1 to {HISTORY_SECONDS_MAX}")
+        seconds = int(raw)
+    hub = node_hub()
+    return json_response(hub.history.series(uid, hub.wall_time(), seconds))
+
+
 # --------------------------------------------------------------------------- config
 @bp.get("/api/v1/nodes/<node_id>/config")
 @require(Role.OPERATOR)
