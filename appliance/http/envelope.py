@@ -82,23 +82,26 @@ def bare_fail(message: str, status: int, headers: Mapping[str, str] | None = Non
 ErrorBody = Callable[[str, int, Mapping[str, str] | None], Response]
 
 
-def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
-    """A one-line description of a pydantic error naming each JSON path.
+def validation_problems(exc: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
+    """Each pydantic error as ``(JSON path, message)``.
 
     Built from ``exc.errors(include_input=False)``, each message worded by
     ``appliance.untrusted.error_message``, which keeps a limit but never tells a rejected
     value or its length: never ``str(exc)``, which echoes the input values, secrets included.
     """
-    parts = []
+    problems = []
     for error in exc.errors(include_input=False, include_url=False):
         loc = [str(p) for p in error.get("loc", ()) if not _is_union_tag(p)]
         path = ".".join(([prefix] if prefix else []) + loc) or "body"
-        message = error_message(error)
-        if error.get("type") == "extra_forbidden":
-            message = "unknown key"
-        parts.append(f"{path}: {message}")
-        if len(parts) == 5:
-            break
+        message = "unknown key" if error.get("type") == "extra_forbidden" else error_message(error)
+        problems.append((path, message))
+    return problems
+
+
+def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
+    """A one-line description of a pydantic error naming each JSON path (the first five of
+    :func:`validation_problems`)."""
+    parts = [f"{path}: {message}" for path, message in validation_problems(exc, prefix)[:5]]
     more = exc.error_count() - len(parts)
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 

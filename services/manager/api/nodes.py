@@ -58,6 +58,7 @@ from appliance.protocol import DeviceType as ProtocolDeviceType
 from services.manager import auth
 from services.manager.api.auth_routes import current_principal, require, service
 from services.manager.api.ws import node_hub
+from services.manager.config_check import edge_config_problems
 from services.manager.hub import (
     CommandFailed,
     CommandResult,
@@ -399,6 +400,25 @@ async def put_config(node_id: str) -> Response:
     action = {"type": "update_config", "config": config}
     await _relay(uid, action, max_bytes=MAX_CONFIG_BYTES + 64)  # + the action's own keys
     return Response(await _raw_body(), status=200, content_type="application/json")
+
+
+@bp.post("/api/v1/nodes/<node_id>/config/validate")
+@require(Role.OPERATOR)
+async def validate_config(node_id: str) -> Response:
+    """Checks an edge config (≤100 KiB) against the edge's model without sending it: 200
+    ``{valid, errors: [{path, message}]}`` (services/manager/config_check.py). Beyond the
+    interface: the dashboard's config editor checks before it sends (docs/dashboard.md)."""
+    uid = _check_node_access(node_id)
+    if len(await _raw_body()) > MAX_CONFIG_BYTES:
+        raise errors.PayloadTooLarge("Config exceeds 100 KiB")
+    config = await read_json_object()
+    found = await _find(uid)
+    if found is None:
+        raise _not_found()
+    if found.device_type is not DeviceType.EDGE:
+        raise errors.InvalidInput("only an edge's config is checked here")
+    problems = edge_config_problems(config)
+    return json_response({"valid": not problems, "errors": problems})
 
 
 # --------------------------------------------------------------------------- commands
