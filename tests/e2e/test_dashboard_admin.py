@@ -120,6 +120,17 @@ def test_a_super_admin_manages_users(world: World) -> None:
         assert created["allowed_node_ids"] == [world.node_ids["studio-a"]]
         assert created["is_active"] is True
 
+        # A temporary account, with its expiry.
+        page.fill("#new-username", "guest1")
+        page.fill("#new-password", NEW_PASSWORD)
+        page.select_option("#new-role", "viewer")
+        page.check("#new-temporary")
+        page.fill("#new-expires", "2031-01-02T10:30")
+        page.click("#create-submit")
+        expect(page.locator("tr[data-user='guest1']")).to_contain_text("Temporary, until")
+        guest = users_by_name(world)["guest1"]
+        assert guest["is_temporary"] is True and guest["expires_at"].startswith("2031-01-0")
+
         # The same username again: the server's 409 is shown in the form.
         page.fill("#new-username", "op1")
         page.fill("#new-password", NEW_PASSWORD)

@@ -139,6 +139,14 @@ def test_the_assistant_proposes_and_applies_only_on_apply(world: World) -> None:
         expect(diff.locator(".del", has_text='"name": "Camera one"')).to_have_count(1)
         expect(diff.locator(".add", has_text='"dest_addr": "127.0.0.1:9002"')).to_have_count(1)
         expect(diff.locator(".del")).to_have_count(1)  # only the old name: no noise from key order or nulls
+        folded = diff.locator(".ctx").count()
+        assert diff.locator(".gap").count() >= 1  # unchanged runs folded ...
+        page.check("#diff-whole")  # ... or the whole config
+        expect(diff.locator(".gap")).to_have_count(0)
+        assert diff.locator(".ctx").count() > folded
+        expect(diff.locator(".del")).to_have_count(1)
+        page.uncheck("#diff-whole")
+        expect(diff.locator(".ctx")).to_have_count(folded)
         expect(page.locator("#proposal-steps")).to_contain_text("Replace the config of flow cam1 (Camera one)")
         expect(page.locator("#proposal-state")).to_have_text("Not applied")
         flow = edge_flow(edge, "cam1")

@@ -18,7 +18,8 @@
 
   let keys = [];
   let nodes = [];
-  let proposal = null;  // {nodeId, nodeName, commands[], state}
+  let proposal = null;  // {nodeId, nodeName, commands[]}
+  let lastDiff = null;  // {before, after}: the proposal's diff texts
 
   function show(box, text) { box.textContent = text || ""; box.hidden = !text; }
   function providerLabel(id) { const p = PROVIDERS.find((x) => x.id === id); return p ? p.label : id; }
@@ -264,6 +265,43 @@
     return out;
   }
 
+  /* The diff with long unchanged runs folded to `context` lines around each change (a node with
+   * many flows); MP.renderDiff draws the whole text. Same span classes as MP.renderDiff. */
+  function renderCompactDiff(container, before, after, context) {
+    const lines = MP.diffLines(before, after);
+    const keep = lines.map(() => false);
+    lines.forEach((d, i) => {
+      if (d.op === "ctx") return;
+      for (let j = Math.max(0, i - context); j <= Math.min(lines.length - 1, i + context); j++) keep[j] = true;
+    });
+    for (let i = 0; i < keep.length;) {  // a fold of one or two lines saves nothing: shown
+      if (keep[i]) { i++; continue; }
+      let j = i;
+      while (j < keep.length && !keep[j]) j++;
+      if (j - i <= 2) for (let k = i; k < j; k++) keep[k] = true;
+      i = j;
+    }
+    const out = [];
+    let folded = 0;
+    const flush = () => {
+      if (folded) out.push(el("span", { class: "gap" }, `  ⋯ ${folded} unchanged line${folded > 1 ? "s" : ""}`));
+      folded = 0;
+    };
+    lines.forEach((d, i) => {
+      if (!keep[i]) { folded++; return; }
+      flush();
+      out.push(el("span", { class: d.op }, (d.op === "add" ? "+ " : d.op === "del" ? "- " : "  ") + d.line));
+    });
+    flush();
+    container.replaceChildren(...out);
+  }
+
+  function drawDiff() {
+    if (!lastDiff) return;
+    if ($("diff-whole").checked) MP.renderDiff($("proposal-diff"), lastDiff.before, lastDiff.after);
+    else renderCompactDiff($("proposal-diff"), lastDiff.before, lastDiff.after, 3);
+  }
+
   function describe(command, flows) {
     switch (command.type) {
       case "create_flow": return `Create flow ${command.flow.id}${command.flow.name ? ` (${command.flow.name})` : ""}`;
@@ -302,6 +340,7 @@
     $("proposal-node").textContent = node ? `on ${node.name}` : "";
     $("apply-results").replaceChildren();
     $("diff-wrap").hidden = true;
+    lastDiff = null;
     show($("proposal-warning"), "");
     $("proposal-steps").replaceChildren();
 
@@ -345,13 +384,12 @@
         const shownBefore = withoutNulls(pick(before));
         const beforeText = JSON.stringify(shownBefore, null, 2);
         const afterText = JSON.stringify(alignTo(withoutNulls(pick(after)), shownBefore), null, 2);
-        MP.renderDiff($("proposal-diff"), beforeText, afterText);
+        lastDiff = { before: beforeText, after: afterText };
+        drawDiff();
         const lines = MP.diffLines(beforeText, afterText);
         const added = lines.filter((d) => d.op === "add").length, removed = lines.filter((d) => d.op === "del").length;
         $("diff-stats").textContent = added || removed ? `+${added} −${removed} lines` : "no change in the config";
         $("diff-wrap").hidden = false;
-        const first = $("proposal-diff").querySelector(".add, .del");
-        if (first) $("proposal-diff").scrollTop = Math.max(0, first.offsetTop - $("proposal-diff").offsetTop - 60);
       }
     }
     show($("proposal-warning"), notes.join(" "));
@@ -382,6 +420,8 @@
     }
     await showProposal(data.config, nodeId);
   });
+
+  $("diff-whole").addEventListener("change", drawDiff);
 
   $("proposal-discard").addEventListener("click", () => {
     if (!proposal) return;
