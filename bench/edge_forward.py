@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.tools.procfs import tree_cpu_seconds as tree_cpu_seconds  # also imported from here
+
 BIN = Path(sys.executable).parent
 # Datagrams still arriving this long after the generator stopped mean a standing backlog (the
 # 32 MiB input buffer holds ~14,000 datagrams: seconds of data at these rates).
@@ -150,31 +152,6 @@ def udp_counters() -> dict[str, int]:
     """The ``Udp:`` line of /proc/net/snmp as a dict."""
     lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines() if line.startswith("Udp:")]
     return dict(zip(lines[0][1:], map(int, lines[1][1:]), strict=True))
-
-
-def tree_cpu_seconds(root_pid: int) -> float:
-    """User + system CPU seconds of ``root_pid`` and its live descendants (the engine workers)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    times: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-        parents[int(entry.name)] = int(fields[1])
-        times[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime, stime
-    tree, frontier = {root_pid}, [root_pid]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in tree:
-                tree.add(pid)
-                frontier.append(pid)
-    return sum(times.get(pid, 0) for pid in tree) / ticks
 
 
 @contextlib.contextmanager

@@ -69,6 +69,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from bench.tools.procfs import cpu_seconds
+
 BIN: Final = Path(sys.executable).parent
 ADMIN_USER: Final = "bench"
 ADMIN_PASSWORD: Final = "Bench-Passw0rd-7c1e"
@@ -88,7 +90,6 @@ MIN_STATS_SHARE: Final = 0.95
 COMMAND_PHASE_LIMIT_S: Final = 60.0  # commands not started by then are left out (and counted)
 MAX_BEHIND_S: Final = 1.0  # the manager may hold at most 1 s of stats unread
 LAG_SAMPLES_MAX: Final = 200_000  # per worker and window: bounded memory at any node count
-CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 
 
 def raise_nofile() -> None:
@@ -112,15 +113,6 @@ def percentile(values: list[float], share: float) -> float:
 
 
 # ---------------------------------------------------------------------------- /proc readers
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads), in seconds; 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def rss_bytes(pid: int) -> int:

@@ -83,6 +83,7 @@ from bench.scenarios.common import (
     udp_sockets,
     wait_udp_bound,
 )
+from bench.tools.procfs import cpu_seconds, udp_ports_of
 
 REPO: Final = Path(__file__).resolve().parents[1]
 BIN: Final = Path(sys.executable).parent
@@ -100,38 +101,7 @@ WARM_UP_PPS: Final = 1000.0  # one second on each fresh tunnel before its search
 QUIC_BUDGET_S: Final = 120.0  # search budgets, so a full run stays near 5 minutes
 NATIVE_BUDGET_S: Final = 160.0
 ROW_NAMES: Final = ("quic", "native", "socat")
-CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG: Final = 1
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads); 0 once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def udp_ports_of(pids: list[int]) -> set[int]:
-    """Local ports of the UDP sockets these processes hold (their fds' inodes in /proc/net/udp*)."""
-    inodes: set[str] = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                with contextlib.suppress(OSError):
-                    target = os.readlink(fd)
-                    if target.startswith("socket:["):
-                        inodes.add(target[8:-1])
-    ports: set[int] = set()
-    for table in ("/proc/net/udp", "/proc/net/udp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(table).read_text().splitlines()[1:]:
-                fields = line.split()
-                if fields[9] in inodes:
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def _die_with_parent() -> None:

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from bench.edge_forward import free_port, running_edge, tree_cpu_seconds
+from bench.edge_forward import free_port, running_edge
+from bench.tools.procfs import tree_cpu_seconds
 
 STREAM_KEY: Final = "bench"
 APP: Final = "live"

@@ -41,8 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from bench.edge_forward import running_edge, tree_cpu_seconds
+from bench.edge_forward import running_edge
 from bench.rtmp import Result, UdpDrain, ffmpeg, log
+from bench.tools.procfs import tree_cpu_seconds
 from tests.helpers.rtsp_server import GstRtspServer
 
 SETTLE_S: Final = 1.0  # after the input is up, before the window opens

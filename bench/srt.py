@@ -54,7 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from bench.edge_forward import JsonLineChild, free_port, running_edge, tree_cpu_seconds, udp_counters
+from bench.edge_forward import JsonLineChild, free_port, running_edge, udp_counters
+from bench.tools.procfs import cpu_seconds, tree_cpu_seconds
 
 REPO: Final = Path(__file__).resolve().parents[1]
 TS_MESSAGE: Final = 1316
@@ -123,12 +124,7 @@ class Slt:
         return text in self.log.read_text(errors="replace")
 
     def cpu_seconds(self) -> float:
-        try:
-            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        except OSError:
-            return 0.0
-        fields = stat[stat.rindex(")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.process.pid)
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -55,8 +55,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from bench.edge_forward import free_port, running_edge, tree_cpu_seconds
+from bench.edge_forward import free_port, running_edge
 from bench.rtmp import UdpDrain, ffmpeg, log
+from bench.tools.procfs import WEBRTC_WORKER, cpu_seconds, find_descendant, tree_cpu_seconds
 
 FPS: Final = 30
 SOURCE_S: Final = 20  # the TS file's length; it is looped
@@ -72,43 +73,6 @@ BEHIND_BYTES: Final = 1_000_000  # unread at the viewers' sockets: > 0.1 s of 8 
 HOST_BUSY: Final = 0.90  # of all CPUs: a loss then may be CPU starvation of anyone
 CLIENT_RCVBUF: Final = 4 * 1024 * 1024
 FLOW_ID: Final = "webrtc-bench"
-TICKS: Final = os.sysconf("SC_CLK_TCK")
-
-
-# ------------------------------------------------------------------------------------ /proc
-def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads), in seconds; 0.0 once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def find_webrtc_worker(edge_pid: int, timeout_s: float = 30.0) -> int:
-    """The pid of the mp-edge descendant running ``services.edge.webrtc.worker``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        parents: dict[int, int] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError, ValueError, IndexError):
-                    stat = (entry / "stat").read_text()
-                    parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-        tree, frontier = {edge_pid}, [edge_pid]
-        while frontier:
-            parent = frontier.pop()
-            for pid, ppid in parents.items():
-                if ppid == parent and pid not in tree:
-                    tree.add(pid)
-                    frontier.append(pid)
-        for pid in sorted(tree - {edge_pid}):
-            with contextlib.suppress(OSError):
-                if b"services.edge.webrtc.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    return pid
-        time.sleep(0.2)
-    raise RuntimeError(f"no webrtc worker under mp-edge (pid {edge_pid}) after {timeout_s:.0f} s")
 
 
 # ------------------------------------------------------------------------------------ media
@@ -404,7 +368,7 @@ class ViewerProcesses:
             process.stdin.flush()
 
     def cpu_seconds(self) -> float:
-        return sum(proc_cpu_seconds(p.pid) for p in self.processes)
+        return sum(cpu_seconds(p.pid) for p in self.processes)
 
     def close(self) -> None:
         for process in self.processes:
@@ -527,7 +491,7 @@ def run_step(
             group.send("start")
             before = group.read_all("started", 20)
         w0, t0, c0, started = (
-            proc_cpu_seconds(worker_pid),
+            cpu_seconds(worker_pid),
             tree_cpu_seconds(edge_pid),
             group.cpu_seconds(),
             time.monotonic(),
@@ -536,7 +500,7 @@ def run_step(
         time.sleep(window_s)
         h1 = host_busy_ticks()
         w1, t1, c1, elapsed = (
-            proc_cpu_seconds(worker_pid),
+            cpu_seconds(worker_pid),
             tree_cpu_seconds(edge_pid),
             group.cpu_seconds(),
             time.monotonic() - started,
@@ -615,10 +579,10 @@ def measure_ffmpeg(source: Path, window_s: float, workdir: Path) -> tuple[float,
                 if drain.received[0] == 0:
                     raise RuntimeError(f"ffmpeg remux sent nothing; see {err.name}")
                 time.sleep(1.0)
-                c0, b0, started = proc_cpu_seconds(remux.pid), drain.received[0], time.monotonic()
+                c0, b0, started = cpu_seconds(remux.pid), drain.received[0], time.monotonic()
                 time.sleep(window_s)
                 elapsed = time.monotonic() - started
-                return (proc_cpu_seconds(remux.pid) - c0) / elapsed, drain.received[0] - b0
+                return (cpu_seconds(remux.pid) - c0) / elapsed, drain.received[0] - b0
         finally:
             _end(remux)
 
@@ -659,7 +623,7 @@ def run(workdir: Path, *, quick: bool = False, window_s: float = 10.0, budget_s:
         answer = api.post("/api/v1/flows", json=flow)
         if answer.status_code != 200:
             raise RuntimeError(f"the edge refused the bench flow: {answer.status_code} {answer.text[:200]}")
-        worker_pid = find_webrtc_worker(edge_pid)
+        worker_pid = find_descendant(edge_pid, WEBRTC_WORKER, timeout_s=30.0)
         with player(source, in_port, play_s, workdir / "player-edge.log") as play:
             deadline = time.monotonic() + 30
             while api.get(f"/api/v1/stats/{FLOW_ID}").json()["data"]["input"]["state"] != "receiving":

@@ -30,9 +30,9 @@ from bench.edge_forward import (
     _edge_dropped,
     free_port,
     running_edge,
-    tree_cpu_seconds,
     udp_counters,
 )
+from bench.tools.procfs import ENGINE_WORKER, descendant, process_tree, tree_cpu_seconds, udp_table
 
 REPO = Path(__file__).resolve().parents[2]
 TS_BYTES = 1316  # TS payload of one datagram (7 x 188)
@@ -127,12 +127,7 @@ def load_average() -> str:
 def udp_port_bound(port: int) -> bool:
     """Whether some socket on this host is bound to UDP ``port`` (IPv4 or IPv6)."""
     needle = f":{port:04X} "
-    for table in ("/proc/net/udp", "/proc/net/udp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(table).read_text().splitlines()[1:]:
-                if needle in line.split(None, 2)[1] + " ":
-                    return True
-    return False
+    return any(needle in fields[1] + " " for fields in udp_table())
 
 
 def wait_udp_bound(port: int, process: subprocess.Popen[bytes] | None = None, timeout: float = 10.0) -> None:
@@ -145,28 +140,10 @@ def wait_udp_bound(port: int, process: subprocess.Popen[bytes] | None = None, ti
         time.sleep(0.05)
 
 
-def descendants(root: int) -> list[int]:
-    """``root`` and its live descendants."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                stat = (entry / "stat").read_text()
-                parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-    tree, frontier = [root], [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in tree:
-                tree.append(pid)
-                frontier.append(pid)
-    return tree
-
-
 def memory_kib(root: int) -> tuple[int, int]:
     """(RSS, PSS) in KiB summed over ``root`` and its descendants. PSS shares common pages fairly."""
     rss = pss = 0
-    for pid in descendants(root):
+    for pid in process_tree(root):
         with contextlib.suppress(OSError):
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -180,11 +157,7 @@ def memory_kib(root: int) -> tuple[int, int]:
 
 def worker_pid(edge_pid: int) -> int | None:
     """The engine worker (``python -m services.edge.engine.worker``) under ``edge_pid``."""
-    for pid in descendants(edge_pid)[1:]:
-        with contextlib.suppress(OSError):
-            if b"services.edge.engine.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-    return None
+    return descendant(edge_pid, ENGINE_WORKER)
 
 
 # ---------------------------------------------------------------------------- targets
@@ -366,14 +339,11 @@ def udp_sockets() -> dict[int, tuple[int, int]]:
     sink was slow), and at a forwarder's input it is the forwarder's loss.
     """
     sockets: dict[int, tuple[int, int]] = {}
-    for table in ("/proc/net/udp", "/proc/net/udp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(table).read_text().splitlines()[1:]:
-                fields = line.split()
-                port = int(fields[1].rsplit(":", 1)[1], 16)
-                rx_queue = int(fields[4].split(":")[1], 16)
-                queued, drops = sockets.get(port, (0, 0))
-                sockets[port] = (queued + rx_queue, drops + int(fields[12]))
+    for fields in udp_table():
+        port = int(fields[1].rsplit(":", 1)[1], 16)
+        rx_queue = int(fields[4].split(":")[1], 16)
+        queued, drops = sockets.get(port, (0, 0))
+        sockets[port] = (queued + rx_queue, drops + int(fields[12]))
     return sockets
 
 

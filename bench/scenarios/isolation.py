@@ -17,7 +17,6 @@ import subprocess
 import sys
 from typing import Any
 
-from bench.edge_forward import tree_cpu_seconds
 from bench.scenarios.common import (
     REPO,
     EdgeTarget,
@@ -35,6 +34,7 @@ from bench.scenarios.common import (
     step_record,
     worker_pid,
 )
+from bench.tools.procfs import tree_cpu_seconds
 
 FALLBACK_PPS = 20000.0
 WRK_CONNECTIONS = 32

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from bench.edge_forward import free_port, tree_cpu_seconds
+from bench.edge_forward import free_port
 from bench.scenarios import profile as profiler
 from bench.scenarios.common import (
     TS_BYTES,
@@ -35,6 +35,7 @@ from bench.scenarios.common import (
     wait_udp_bound,
     worker_pid,
 )
+from bench.tools.procfs import tree_cpu_seconds
 from bench.tools.rtpgen import GeneratorReport
 
 FLOW_MBPS = 10.0  # TS bitrate of each flow
