@@ -12,7 +12,8 @@ all registered with the manager over the real link (the setup of test_tunnel_pai
   source's local address comes out at the sink's, and Remove (confirmed) unpairs it: the row
   goes and neither edge nor the relay lists the tunnel any more.
 - A viewer sees both pages, with a tunnel listed, but no acknowledgement controls, no pairing
-  form and no Remove button.
+  form and no Remove button; when the sink edge stops, its leg stays listed as the last state it
+  reported, marked offline.
 """
 
 from __future__ import annotations
@@ -347,6 +348,15 @@ def test_a_viewer_sees_both_pages_without_controls(fleet: Fleet) -> None:
             for hidden in ("#pair-form", "#remove-dialog", "button.tn-remove"):
                 expect(page.locator(hidden)).to_have_count(0)
             expect(page.get_by_role("button", name="Remove")).to_have_count(0)
+            expect(row).to_have_attribute("data-connected", "true", timeout=40_000)
+
+            # The sink edge goes away (this module's last test): its leg stays, marked stale.
+            fleet.sink.stop()
+            expect(row.locator(".tn-leg .badge")).to_have_text(["Connected", "last: Connected"], timeout=WAIT_MS)
+            expect(row.locator(".tn-leg").nth(1).locator(".tn-node-status")).to_have_text("offline")
+            expect(row.locator(".tn-leg").nth(0).locator(".tn-node-status")).to_be_hidden()
+            expect(row).to_have_attribute("data-connected", "false")
+            expect(page.locator("#tn-count")).to_have_text("1 tunnel · 0 connected")
             assert session.problems == []
     finally:
         for node_id in (fleet.source_id, fleet.sink_id):

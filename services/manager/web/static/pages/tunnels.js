@@ -30,6 +30,7 @@
   const removing = new Map(); // tunnel id -> {text, kind, done}
   let fresh = null; // the id of the tunnel this page just paired (highlighted)
   let received = false;
+  let known = new Map(); // tunnel id -> the last grouping (stale legs of offline edges)
 
   /* ------------------------------------------------------------------ helpers */
   function fmtBytes(n) {
@@ -87,6 +88,19 @@
         if (leg.direction === "egress") tunnel.name = leg.name; // the source's name wins
       }
     }
+    // A leg whose edge went offline is no longer reported (the manager streams stats of
+    // connected nodes only): keep the last one seen, marked stale, while that edge is offline.
+    for (const before of known.values()) {
+      for (const role of ["source", "sink"]) {
+        const side = before[role];
+        const node = side && nodes.get(side.node_id);
+        if (!side || !node || online(node)) continue;
+        let tunnel = tunnels.get(before.id);
+        if (!tunnel) { tunnel = { ...before, source: null, sink: null, extra: [] }; tunnels.set(before.id, tunnel); }
+        if (!tunnel[role]) tunnel[role] = { ...side, stale: true };
+      }
+    }
+    known = tunnels;
     return [...tunnels.values()].sort((a, b) => (a.name || "").localeCompare(b.name || "") || a.id.localeCompare(b.id));
   }
 
@@ -125,9 +139,10 @@
     refs.name.href = "/nodes/" + encodeURIComponent(side.node_id);
     refs.name.title = side.node_id;
     if (node && !online(node)) { refs.status.hidden = false; refs.status.textContent = node.status; }
-    const state = leg.state || "Unknown";
-    refs.badge.textContent = state;
-    refs.badge.className = `badge dot state-${state}`;
+    const state = side.stale ? "Unknown" : leg.state || "Unknown";
+    refs.badge.textContent = side.stale ? "last: " + (leg.state || "?") : state;
+    refs.badge.title = side.stale ? "The edge is offline: this is the last state it reported" : "";
+    refs.badge.className = side.stale ? "badge dot state-offline" : `badge dot state-${state}`;
     refs.badge.dataset.state = state;
     refs.addr.textContent = leg.local_addr || "";
     refs.addr.title = leg.direction === "egress" ? "listens here for local traffic" : "delivers tunnel traffic here";
@@ -190,8 +205,8 @@
     r.rateText.title = "into the tunnel at the source";
     r.totals.textContent = `${fmtBytes(sent)} in · ${fmtBytes(got)} out`;
     r.totals.title = "bytes sent by the source leg · bytes received by the sink leg";
-    const connected = tunnel.source && tunnel.sink &&
-      tunnel.source.leg.state === "Connected" && tunnel.sink.leg.state === "Connected";
+    const live = (side) => side && !side.stale && side.leg.state === "Connected";
+    const connected = live(tunnel.source) && live(tunnel.sink);
     entry.tr.dataset.connected = connected ? "true" : "false";
     entry.tr.classList.toggle("tn-fresh", tunnel.id === fresh);
     if (canOperate) {
