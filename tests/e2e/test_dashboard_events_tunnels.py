@@ -191,13 +191,15 @@ def test_events_page_filters_and_acknowledges(fleet: Fleet) -> None:
         expect(rows).to_have_count(2)
         expect(page.locator("#ev-total")).to_have_text("2 events")
 
-        # One acknowledged by its row button.
         first = rows.first
         first_id = first.get_attribute("data-id")
-        first.get_by_role("button", name=re.compile("^Acknowledge event")).click()
+        # One acknowledged by its row button, from the keyboard: the focus goes on to the next one.
+        first.get_by_role("button", name=re.compile("^Acknowledge event")).focus()
+        page.keyboard.press("Enter")
         acked = page.locator(f"#ev-rows tr[data-id='{first_id}']")
         expect(acked.locator(".ev-acked")).to_have_text(f"✓ by {ADMIN_USER}")
         expect(acked.get_by_role("button")).to_have_count(0)
+        expect(rows.nth(1).get_by_role("button", name=re.compile("^Acknowledge event"))).to_be_focused()
         expect(page.locator("#unacked-count")).to_have_text(str(before - 1))
 
         # The rest of the critical events, every node: "select all" + "Acknowledge selected".

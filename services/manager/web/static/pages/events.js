@@ -248,7 +248,10 @@
   async function acknowledge(ids, button) {
     if (state.busy || !ids.length) return;
     state.busy = true;
+    // A row's own button: after the refresh the keyboard goes on at the same place in the list.
+    const place = button && document.activeElement === button ? [...rowsBody.children].indexOf(button.closest("tr")) : -1;
     if (button) button.disabled = true;
+    progress.className = "";
     updateSelection();
     let done = 0;
     const failures = [];
@@ -272,6 +275,16 @@
     else MP.toast(summary, "ok");
     await load();
     MP.refreshUnacked();
+    if (place >= 0) refocus(place);
+  }
+
+  function refocus(index) {
+    const list = [...rowsBody.children];
+    for (const tr of list.slice(index).concat(list.slice(0, index).reverse())) {
+      const target = tr.querySelector("button.ev-ack");
+      if (target) { target.focus(); return; }
+    }
+    $("ev-table").focus();
   }
 
   /* ------------------------------------------------------------------ wiring */

@@ -175,7 +175,7 @@
     if (canOperate) {
       const remove = el("button", { type: "button", class: "btn btn-small btn-danger tn-remove" }, "Remove");
       const progress = el("div", { class: "tn-progress", role: "status" });
-      remove.addEventListener("click", () => confirmRemove(rows.get(tunnel.id).tunnel));
+      remove.addEventListener("click", () => { const entry = rows.get(tunnel.id); if (entry) confirmRemove(entry.tunnel); });
       cells.push(el("td", { class: "tn-actions" }, remove, progress));
       refs.remove = remove;
       refs.progress = progress;
