@@ -109,6 +109,13 @@
       return isNaN(when) ? iso : when.toLocaleString(undefined, { hour12: false });
     },
     count(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString(); },
+    bytes(n) {
+      if (n === null || n === undefined) return "–";
+      const units = ["B", "kB", "MB", "GB", "TB"];
+      let value = Number(n), unit = 0;
+      while (value >= 1000 && unit < units.length - 1) { value /= 1000; unit++; }
+      return (unit ? value.toFixed(value >= 100 ? 0 : 1) : String(value)) + " " + units[unit];
+    },
   };
 
   /* The dashboard stream: one socket per page, reconnecting 1, 2, 4 … 30 s. */

@@ -750,10 +750,14 @@
 
   // ------------------------------------------------------------------ start
   window.__mpNode = { views, series };
-  loadNode(true).then((found) => {
-    if (!found) return;
-    setInterval(() => loadNode(false), NODE_EVERY_MS);
-  });
+  /* The first read also loads the history and the config: retried until it succeeds, except
+   * for a node that does not exist (or that this user may not see). */
+  async function start() {
+    const found = await loadNode(true);
+    if (found) { setInterval(() => loadNode(false), NODE_EVERY_MS); return; }
+    if (!node && !/does not exist/.test($("node-error").textContent)) setTimeout(start, 5000);
+  }
+  start();
   loadEvents();
   MP.dashboard(onUpdate);
 })();

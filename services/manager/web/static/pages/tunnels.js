@@ -33,14 +33,6 @@
   let known = new Map(); // tunnel id -> the last grouping (stale legs of offline edges)
 
   /* ------------------------------------------------------------------ helpers */
-  function fmtBytes(n) {
-    if (n === null || n === undefined) return "–";
-    const units = ["B", "kB", "MB", "GB", "TB"];
-    let value = Number(n), unit = 0;
-    while (value >= 1000 && unit < units.length - 1) { value /= 1000; unit++; }
-    return (unit ? value.toFixed(value >= 100 ? 0 : 1) : String(value)) + " " + units[unit];
-  }
-
   function nodeName(id) {
     const node = nodes.get(id);
     return node ? node.name : id ? id.slice(0, 8) + "…" : "–";
@@ -147,7 +139,7 @@
     refs.addr.textContent = leg.local_addr || "";
     refs.addr.title = leg.direction === "egress" ? "listens here for local traffic" : "delivers tunnel traffic here";
     const s = leg.stats || {};
-    refs.bytes.textContent = `↑ ${fmtBytes(s.bytes_sent)}  ↓ ${fmtBytes(s.bytes_received)}`;
+    refs.bytes.textContent = `↑ ${MP.fmt.bytes(s.bytes_sent)}  ↓ ${MP.fmt.bytes(s.bytes_received)}`;
     refs.bytes.title = `sent ${MP.fmt.count(s.bytes_sent)} B, received ${MP.fmt.count(s.bytes_received)} B` +
       (s.datagrams_sent !== undefined ? `; datagrams sent ${MP.fmt.count(s.datagrams_sent)}, received ${MP.fmt.count(s.datagrams_received)}` : "") +
       (s.dropped ? `; dropped ${MP.fmt.count(s.dropped)}` : "") + (s.decrypt_errors ? `; decrypt errors ${MP.fmt.count(s.decrypt_errors)}` : "");
@@ -203,7 +195,7 @@
     const bps = sent === null || sent === undefined ? null : rate(`${tunnel.id}/${tunnel.source.node_id}/sent`, sent, at);
     r.rateText.textContent = bps === null ? "–" : MP.fmt.bitrate(Math.round(bps));
     r.rateText.title = "into the tunnel at the source";
-    r.totals.textContent = `${fmtBytes(sent)} in · ${fmtBytes(got)} out`;
+    r.totals.textContent = `${MP.fmt.bytes(sent)} in · ${MP.fmt.bytes(got)} out`;
     r.totals.title = "bytes sent by the source leg · bytes received by the sink leg";
     const live = (side) => side && !side.stale && side.leg.state === "Connected";
     const connected = live(tunnel.source) && live(tunnel.sink);
