@@ -191,6 +191,15 @@ def test_an_operator_runs_the_flow_from_the_node_page(node_fleet: NodeFleet) -> 
         outputs = {o["id"]: o for o in node_fleet.edge_flow()["outputs"]}
         assert outputs["extra"]["dest_addr"] == f"127.0.0.1:{extra_port}" and outputs["extra"]["type"] == "udp"
         shoot(page, "node-output-added")
+        # An output the node refuses: the error text is shown, nothing is listed.
+        card.locator("input[name='id']").fill("broken")
+        card.locator("input[name='name']").fill("Broken")
+        card.locator("select[name='type']").select_option("json")
+        card.locator("textarea[name='json']").fill('{"type": "udp", "dest_addr": "not-an-address"}')
+        card.get_by_role("button", name="Add output").click()
+        expect(card.locator(".cmd-result")).to_contain_text("Add output broken failed (4")
+        expect(card.locator(".add-output-form .form-error")).to_contain_text("refused")
+        expect(card.locator("tr[data-output-id='broken']")).to_have_count(0)
         row.get_by_role("button", name="Remove output extra").click()
         expect(page.locator("#confirm-dialog")).to_be_visible()
         expect(page.locator("#confirm-text")).to_contain_text("extra")
@@ -229,6 +238,14 @@ def test_an_operator_runs_the_flow_from_the_node_page(node_fleet: NodeFleet) -> 
         expect(page.locator("#config-status")).to_contain_text("Invalid JSON")
         expect(page.locator("#config-send")).to_be_disabled()
         expect(diff).to_be_hidden()
+        # Valid JSON the edge's model refuses (the manager's check, nothing sent).
+        bogus = json.loads(json.dumps(loaded))
+        bogus["flows"][0]["input"]["type"] = "carrier-pigeon"
+        editor.fill(json.dumps(bogus, indent=2))
+        page.click("#config-validate")
+        expect(page.locator("#config-status")).to_contain_text("would refuse")
+        expect(page.locator("#config-problems")).to_contain_text("flows")
+        expect(page.locator("#config-send")).to_be_disabled()
         twice = json.loads(json.dumps(loaded))
         twice["flows"].append(dict(twice["flows"][0]))
         editor.fill(json.dumps(twice))
@@ -237,7 +254,10 @@ def test_an_operator_runs_the_flow_from_the_node_page(node_fleet: NodeFleet) -> 
         expect(page.locator("#config-send")).to_be_disabled()
         assert len(config_puts) == 1
         assert node_fleet.edge_flow()["name"] == "Camera renamed"
-        assert session.problems == []
+        # The one refused output above is Chromium's "Failed to load resource ... 422": expected.
+        refused = [p for p in session.problems if "status of 422 " in p]
+        assert len(refused) == 1
+        assert [p for p in session.problems if p not in refused] == []
 
 
 def test_a_viewer_sees_the_node_page_without_controls(node_fleet: NodeFleet) -> None:

@@ -350,7 +350,6 @@
     if (answer.ok) {
       v.result.className = "cmd-result form-ok";
       v.result.textContent = `${label}: ok`;
-      MP.toast(`${label} flow ${action.flow_id}: ok`, "ok");
     } else {
       v.result.className = "cmd-result form-error";
       v.result.textContent = `${label} failed (${errorText(answer)})`;
