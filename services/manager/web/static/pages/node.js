@@ -195,7 +195,7 @@
     const outputsHead = el("tr", {}, el("th", { scope: "col" }, "Output"), el("th", { scope: "col" }, "Id"),
       el("th", { scope: "col" }, "Type"), el("th", { scope: "col" }, "State"), el("th", { scope: "col", class: "num" }, "Bit rate"),
       el("th", { scope: "col", class: "num" }, "Sent"), el("th", { scope: "col", class: "num" }, "Dropped"),
-      canOperate ? el("th", { scope: "col" }, el("span", { class: "sr-only" }, "Actions")) : null);
+      canOperate ? el("th", { scope: "col" }, el("span", { class: "visually-hidden" }, "Actions")) : null);
     v.srt = el("div", { class: "srt" });
     v.card = el("article", { class: "card flow", id: "flow-" + id, dataset: { flowId: id }, "aria-label": `Flow ${flow.flow_name}` },
       head, v.result,
@@ -514,17 +514,9 @@
         el("td", {}, t.name), el("td", {}, t.protocol + (t.transport ? ` / ${t.transport}` : "")), el("td", {}, t.mode),
         el("td", {}, t.direction), el("td", {}, badge(t.state, "dot state-" + t.state)),
         el("td", { class: "mono" }, t.local_addr || "–"), el("td", { class: "mono" }, t.relay_addr || "–"),
-        el("td", { class: "num" }, bytes(c.bytes_sent)), el("td", { class: "num" }, bytes(c.bytes_received)),
+        el("td", { class: "num" }, fmt.bytes(c.bytes_sent)), el("td", { class: "num" }, fmt.bytes(c.bytes_received)),
         el("td", { class: "num" }, fmt.count(c.dropped)));
     }));
-  }
-
-  function bytes(n) {
-    if (n === null || n === undefined) return "–";
-    if (n >= 1e9) return (n / 1e9).toFixed(2) + " GB";
-    if (n >= 1e6) return (n / 1e6).toFixed(2) + " MB";
-    if (n >= 1e3) return (n / 1e3).toFixed(1) + " kB";
-    return n + " B";
   }
 
   // ------------------------------------------------------------------ relay
@@ -533,7 +525,7 @@
     if (typeof value === "number") {
       if (key.endsWith("_bps")) return fmt.bitrate(value);
       if (key.endsWith("uptime_secs") || key.endsWith("_secs")) return fmt.duration(value);
-      if (key.startsWith("bytes") || key.endsWith("_bytes")) return bytes(value);
+      if (key.includes("bytes")) return fmt.bytes(value);
       return fmt.count(value);
     }
     if (typeof value === "boolean") return value ? "yes" : "no";
