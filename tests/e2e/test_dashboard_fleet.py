@@ -165,7 +165,9 @@ def test_the_fleet_page_follows_a_registering_edge_live(tmp_path_factory: pytest
             create_user(fleet.admin, "watcher", "viewer")
             with signed_in(manager, "watcher", PASSWORD) as session:
                 page = session.page
-                expect_text(page.locator(f"#fleet-body tr[data-node-id='{edge_id}'] .badge"), "online")
+                # Connected: online, or degraded while a loaded host makes the flow's health waver.
+                connected = re.compile(r"online|degraded")
+                expect_text(page.locator(f"#fleet-body tr[data-node-id='{edge_id}'] .badge"), connected)
                 expect_rows(page, [relay_id, edge_id])
                 assert page.locator("#add-node-open").count() == 0
                 assert page.locator("#add-dialog, #delete-dialog").count() == 0

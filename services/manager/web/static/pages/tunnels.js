@@ -369,6 +369,11 @@
       MP.toast(`Tunnel “${answer.data.name}” paired`, "ok");
       pick.name.value = "";
       render();
+    } else if (answer.status === 0) {
+      // No answer came (the connection broke): the manager may have paired it all the same.
+      showPairMessage("error", "No answer from the manager: the tunnel may have been paired; it appears above " +
+        "when the edges report it. Check before pairing again.");
+      MP.toast("Pairing: no answer from the manager", "error");
     } else {
       showPairMessage("error", "Pairing failed: " + (answer.error || `HTTP ${answer.status}`));
       MP.toast("Pairing failed: " + (answer.error || `HTTP ${answer.status}`), "error");
