@@ -44,7 +44,7 @@ from tests.helpers.dashboard import (
     signed_in,
 )
 from tests.helpers.edge import Edge, free_udp_port, start_edge, wait_for, wait_healthy
-from tests.helpers.relay import LOOPBACK, Relay, start_relay
+from tests.helpers.relay import LOOPBACK, Relay, start_relay, wait_tunnel_delivers
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -290,15 +290,7 @@ def test_tunnels_page_pairs_and_removes_a_tunnel(fleet: Fleet) -> None:
             # A datagram into the source edge comes out at the sink; the counters show it.
             payload = b"paired from the dashboard " + uuid.uuid4().bytes
 
-            def delivered() -> bool:
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
-                    sender.sendto(payload, ("127.0.0.1", entry))
-                try:
-                    return sink_socket.recv(65536) == payload
-                except TimeoutError:
-                    return False
-
-            wait_for(delivered, timeout=20, interval=0.1)
+            wait_tunnel_delivers(entry, sink_socket, payload)
             expect(row.locator(".tn-totals")).not_to_have_text(re.compile(r"^0 B in"))
             shoot(page, "tunnels")
 

@@ -26,7 +26,7 @@ import pytest
 
 from tests.helpers.edge import Edge, free_udp_port, start_edge, wait_for
 from tests.helpers.manager import Manager, login, manager_fingerprint, setup_super_admin, start_manager
-from tests.helpers.relay import LOOPBACK, Relay, start_relay
+from tests.helpers.relay import LOOPBACK, Relay, start_relay, wait_tunnel_delivers
 
 pytestmark = pytest.mark.e2e
 
@@ -156,15 +156,7 @@ def test_the_manager_pairs_two_edges_through_a_relay_that_refuses_unpaired_tunne
         # A datagram into the source edge comes out at the sink's egress_local_addr.
         payload = b"paired by the manager " + uuid.uuid4().bytes
 
-        def delivered() -> bool:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
-                sender.sendto(payload, ("127.0.0.1", entry))
-            try:
-                return sink_socket.recv(65536) == payload
-            except TimeoutError:
-                return False
-
-        wait_for(delivered, timeout=20, interval=0.1)
+        wait_tunnel_delivers(entry, sink_socket, payload)
 
         listed = {t["tunnel_id"]: t for t in relay_tunnels(fleet.relay)}
         assert listed[tunnel_id]["status"] == "active"

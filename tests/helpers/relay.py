@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -72,3 +73,20 @@ def running_relay(config: Path, *args: str, **kwargs: Any) -> Iterator[Relay]:
         yield relay
     finally:
         relay.stop()
+
+
+def wait_tunnel_delivers(entry_port: int, sink: socket.socket, payload: bytes, timeout: float = 20.0) -> None:
+    """Send ``payload`` into a tunnel's source side (UDP to 127.0.0.1:``entry_port``) until it comes
+    out of ``sink`` (a bound UDP socket with a receive timeout), or fail after ``timeout``: a
+    tunnel's first datagrams may be dropped while its legs bind."""
+    from tests.helpers.edge import wait_for
+
+    def delivered() -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            sender.sendto(payload, ("127.0.0.1", entry_port))
+        try:
+            return sink.recv(65536) == payload
+        except TimeoutError:
+            return False
+
+    wait_for(delivered, timeout=timeout, interval=0.1)
