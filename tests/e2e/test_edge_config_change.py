@@ -57,9 +57,11 @@ async def until(condition: Callable[[], bool], timeout: float, what: str) -> Non
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def send_rtp(port: int, stop: trio.Event, sent: list[int]) -> None:
-    """Paced RTP (seq 0, 1, ...) to 127.0.0.1:port until ``stop`` (at most MAX_PACKETS)."""
-    packets = list(rtp_stream(MAX_PACKETS))
+async def send_rtp(packets: list[bytes], port: int, stop: trio.Event, sent: list[int]) -> None:
+    """Paced ``packets`` (RTP seq 0, 1, ...) to 127.0.0.1:port until ``stop``.
+
+    They are built beforehand: building them here would hold up the event loop the in-process
+    edge shares with this task."""
     sock = trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     with sock:
         start = trio.current_time()
@@ -86,6 +88,7 @@ async def test_update_config_touches_only_what_changed(tmp_path: Path) -> None:
     service = EdgeService(
         store, store.load(), version="test", workers=1, log_level="warning", worker_nice=0, worker_realtime=0
     )
+    packets = list(rtp_stream(MAX_PACKETS))
     sent = {flow_id: [0] for flow_id in ("f1", "f2", "f3")}
     stop = trio.Event()
     try:
@@ -95,7 +98,7 @@ async def test_update_config_touches_only_what_changed(tmp_path: Path) -> None:
                 assert [service.state_of(f) for f in ("f1", "f2", "f3")] == [FlowState.RUNNING] * 3
                 async with trio.open_nursery() as senders:
                     for flow_id, port in (("f1", "in1"), ("f2", "in2"), ("f3", "in3")):
-                        senders.start_soon(send_rtp, ports[port], stop, sent[flow_id])
+                        senders.start_soon(send_rtp, packets, ports[port], stop, sent[flow_id])
                     for sink in ("s1", "s2", "s3"):
                         await until(lambda s=sink: len(sinks[s].datagrams) >= 200, 5, f"{sink} to receive")  # type: ignore[misc]
 
