@@ -13,9 +13,9 @@ import subprocess
 import threading
 import time
 import zlib
-from functools import lru_cache
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 TS = 188
