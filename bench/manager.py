@@ -63,13 +63,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from bench.tools.procfs import cpu_seconds
+
+if TYPE_CHECKING:
+    from bench.manager_fleet import FleetOptions
 
 BIN: Final = Path(sys.executable).parent
 ADMIN_USER: Final = "bench"
@@ -90,6 +93,11 @@ MIN_STATS_SHARE: Final = 0.95
 COMMAND_PHASE_LIMIT_S: Final = 60.0  # commands not started by then are left out (and counted)
 MAX_BEHIND_S: Final = 1.0  # the manager may hold at most 1 s of stats unread
 LAG_SAMPLES_MAX: Final = 200_000  # per worker and window: bounded memory at any node count
+DROPPED: Final = "dropped"  # how a connection ended: closed under an authenticated node
+CLOSED: Final = "closed by the manager"  # ... or the manager ended the session itself
+# A fleet node (``add_fleet``) stops reconnecting after this many attempts in a row that did
+# not authenticate: with the backoff's 60 s ceiling that is well over 10 minutes of trying.
+FLEET_MAX_FAILED_ATTEMPTS: Final = 20
 
 
 def raise_nofile() -> None:
@@ -304,17 +312,48 @@ class WorkerCounters:
     window_start: float = 0.0
 
 
+@dataclass
+class FleetNode:
+    """One node of the fleet scenario (``bench/manager_fleet.py``) as its worker tracks it. Times
+    are ``time.monotonic()``: CLOCK_MONOTONIC, one clock for every process of the machine, so the
+    orchestrator can set them against the moment it killed an instance."""
+
+    urls: list[str]
+    """The managers' ``/ws/node`` URLs, tried in turn from the first."""
+    node_id: str = ""
+    url: str = ""
+    """Where it is connected now (or was last)."""
+    online: bool = False
+    connects: int = 0
+    """Authenticated connections so far."""
+    lost_at: float | None = None
+    """When its last authenticated connection ended."""
+    back_at: float | None = None
+    """When it last authenticated."""
+    failed_attempts: int = 0
+    """Attempts since the last authenticated one that did not authenticate."""
+    last_failure: str = ""
+    credentials: Any = None
+    """The ``NodeCredentials`` in use (the token, then the node id + secret); kept in the worker."""
+
+    def report(self) -> dict[str, Any]:
+        """What the orchestrator gets (the secret stays in the worker)."""
+        return {k: v for k, v in asdict(self).items() if k != "credentials"}
+
+
 class NodeWorker:
     """One worker process's nodes, all in one trio loop."""
 
-    def __init__(self, url: str, cert_path: str, connect_concurrency: int) -> None:
+    def __init__(self, url: str, cert_path: str | None, connect_concurrency: int) -> None:
         self.url = url
-        self.ssl_context = ssl.create_default_context(cafile=cert_path)
+        # None: plain ws:// (a manager in behind_proxy mode, as the fleet scenario runs them).
+        self.ssl_context = ssl.create_default_context(cafile=cert_path) if cert_path else None
         self.limiter_size = connect_concurrency
         self.counters = WorkerCounters()
         self.tick = 0
         self.stats_frame = ""
         self.health_frame = ""
+        self.fleet_nodes: list[FleetNode] = []
 
     def _fail(self, reason: str) -> None:
         self.counters.connect_failed += 1
@@ -333,8 +372,12 @@ class NodeWorker:
                 request = await trio.to_thread.run_sync(conn.recv, abandon_on_cancel=True)
                 if request[0] == "add":
                     reply: Any = await self._add(nursery, limiter, request[1])
+                elif request[0] == "add_fleet":
+                    reply = await self._add_fleet(nursery, limiter, request[1])
                 elif request[0] == "report":
                     reply = self._report(reset=request[1])
+                elif request[0] == "fleet_report":
+                    reply = [node.report() for node in self.fleet_nodes]
                 else:  # "stop": cancelling the nursery closes every socket (bounded, see _node)
                     nursery.cancel_scope.cancel()
                     return
@@ -360,6 +403,83 @@ class NodeWorker:
             "node_ids": ids,
             "failures": dict(self.counters.failures),
         }
+
+    async def _add_fleet(self, nursery: Any, limiter: Any, nodes: list[tuple[str, list[str]]]) -> dict[str, Any]:
+        """Start one fleet node per (token, manager URLs); wait (bounded) until each has
+        authenticated or failed its first attempt (it then keeps trying on its own)."""
+        import trio
+
+        started = trio.current_time()
+        new = [FleetNode(urls=urls) for _token, urls in nodes]
+        self.fleet_nodes += new
+        before_failed = self.counters.connect_failed
+        settled = trio.Semaphore(0)
+        for node, (token, _urls) in zip(new, nodes, strict=True):
+            nursery.start_soon(self._fleet_node, node, token, limiter, settled)
+        with trio.move_on_after(STEP_CONNECT_LIMIT_S):
+            for _ in nodes:
+                await settled.acquire()
+        return {
+            "connected": sum(1 for node in new if node.connects),
+            "failed": self.counters.connect_failed - before_failed,
+            "seconds": trio.current_time() - started,
+            "failures": dict(self.counters.failures),
+        }
+
+    async def _fleet_node(self, node: FleetNode, token: str, limiter: Any, settled: Any) -> None:
+        """A node that reconnects like the real client (``appliance/manager_client.py``): after a
+        lost connection or a failed attempt it waits the client's backoff (1, 2, 4 ... 60 s,
+        +-10 %, reset by an authenticated connection) and tries the next manager URL of its list,
+        with the node id + secret it was given at registration. The first attempt holds a
+        connect slot (``--connect-concurrency``); reconnects do not: a fleet whose manager died
+        comes back all at once, spread only by the jitter, and that is what the bench measures."""
+        import trio
+        from pydantic import SecretStr
+
+        from appliance.protocol import NodeCredentials
+        from appliance.protocol.policy import Backoff
+
+        backoff = Backoff(random.Random())
+        node.credentials = NodeCredentials(registration_token=SecretStr(token))
+        url = node.urls[0]
+        holding = True  # the connect slot of the first attempt
+
+        def release_slot() -> None:
+            nonlocal holding
+            if holding:
+                holding = False
+                limiter.release()
+                settled.release()
+
+        def registered(event: Any) -> None:
+            node.node_id = event.node_id
+            node.credentials = NodeCredentials(node_id=event.node_id, node_secret=event.node_secret)
+
+        def authenticated() -> None:
+            node.online, node.url, node.back_at = True, url, time.monotonic()
+            node.connects += 1
+            node.failed_attempts = 0
+            backoff.reset()
+            release_slot()
+
+        await limiter.acquire()
+        try:
+            index = 0
+            while node.failed_attempts < FLEET_MAX_FAILED_ATTEMPTS:
+                url = node.urls[index]
+                was_authenticated, reason = await self._connection(url, node.credentials, registered, authenticated)
+                if was_authenticated:
+                    node.online, node.lost_at = False, time.monotonic()
+                else:
+                    node.failed_attempts += 1
+                    node.last_failure = reason
+                    if holding:  # the first attempt failed: counted as the capacity bench does
+                        self._fail(reason)
+                        release_slot()
+                index = (index + 1) % len(node.urls)
+                await trio.sleep(backoff.next_delay())
+        finally:
+            release_slot()
 
     def _refresh_frames(self) -> None:
         """One encoded ``stats`` frame per tick, shared by every node of the worker: the client
@@ -390,8 +510,48 @@ class NodeWorker:
     async def _node(self, token: str, limiter: Any, ids: list[str], settled: Any) -> None:
         """One node: connect and register (holding a connect slot), then live until the socket
         closes or the worker stops."""
-        import trio
         from pydantic import SecretStr
+
+        from appliance.protocol import NodeCredentials
+
+        holding = True  # the connect slot, released once authenticated or failed
+
+        def authenticated() -> None:
+            nonlocal holding
+            self.counters.connected += 1
+            limiter.release()
+            settled.release()
+            holding = False
+
+        await limiter.acquire()
+        try:
+            was_authenticated, reason = await self._connection(
+                self.url,
+                NodeCredentials(registration_token=SecretStr(token)),
+                lambda registered: ids.append(registered.node_id),
+                authenticated,
+            )
+            if reason == DROPPED:
+                self.counters.dropped += 1
+            elif not was_authenticated:
+                self._fail(reason)
+        finally:
+            if holding:
+                limiter.release()
+                settled.release()
+
+    async def _connection(
+        self,
+        url: str,
+        credentials: Any,
+        on_registered: Callable[[Any], None],
+        on_authenticated: Callable[[], None],
+    ) -> tuple[bool, str]:
+        """One connection of one node: connect, ``auth`` with ``credentials`` (a
+        ``NodeCredentials``), then live until the socket closes. Returns whether it authenticated
+        and how it ended: ``DROPPED`` (closed under it once authenticated), ``CLOSED`` (the
+        manager ended the session), else why it failed before that."""
+        import trio
         from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
 
         from appliance.protocol import (
@@ -399,27 +559,25 @@ class NodeWorker:
             Authenticated,
             AuthRejected,
             DeviceType,
-            NodeCredentials,
             NodeSession,
             NodeState,
             Registered,
         )
 
         session = NodeSession(
-            credentials=NodeCredentials(registration_token=SecretStr(token)),
+            credentials=credentials,
             software_version="0.3.0",
             device_type=DeviceType.EDGE,
             wall_clock=lambda: datetime.now(UTC),
         )
         authenticated = False
-        await limiter.acquire()
-        slot = True
+        rejected = ""
         try:
             # The connect timeout is trio-websocket's (TCP + TLS + upgrade); its close on the way
             # out is bounded by disconnect_timeout, so a stopping worker never hangs on a socket.
             async with open_websocket_url(
-                self.url,
-                self.ssl_context,
+                url,
+                self.ssl_context if url.startswith("wss:") else None,
                 max_message_size=MANAGER_FRAME_MAX_BYTES,
                 connect_timeout=CONNECT_TIMEOUT_S,
                 disconnect_timeout=2,
@@ -430,37 +588,33 @@ class NodeWorker:
                         step = session.on_frame(await ws.get_message(), trio.current_time())
                         for event in step.events:
                             if isinstance(event, Registered):
-                                ids.append(event.node_id)
+                                on_registered(event)
                             elif isinstance(event, Authenticated):
                                 authenticated = True
                             elif isinstance(event, AuthRejected):
-                                self._fail(f"rejected: {event.message}")
+                                rejected = f"rejected: {event.message}"
                 if not authenticated:
-                    if session.state is not NodeState.CLOSED:
-                        self._fail("no auth reply")
-                    return
-                self.counters.connected += 1
-                limiter.release()
-                slot = False
-                settled.release()
+                    return False, rejected or "no auth reply"
+                on_authenticated()
                 await ws.send_message(self.health_frame)  # the edge sends health at once
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._stats_loop, ws)
                     await self._read_loop(ws, session)
                     nursery.cancel_scope.cancel()
-        except ConnectionClosed:
+                return True, CLOSED
+        except (ConnectionClosed, trio.TooSlowError, OSError, HandshakeError, BaseExceptionGroup) as exc:
+            # A socket closed under the read loop, the stats loop or trio-websocket's own
+            # nursery comes wrapped in exception groups; anything else in them is re-raised.
+            failure = _link_error(exc, (ConnectionClosed, trio.TooSlowError, OSError, HandshakeError))
+            if failure is None:
+                raise
             if authenticated:
-                self.counters.dropped += 1
-            else:
-                self._fail("closed during auth")
-        except trio.TooSlowError:
-            self._fail("auth timeout")
-        except (OSError, HandshakeError) as exc:
-            self._fail(f"{type(exc).__name__}")
-        finally:
-            if slot:
-                limiter.release()
-                settled.release()
+                return True, DROPPED
+            if isinstance(failure, trio.TooSlowError):
+                return False, "auth timeout"
+            if isinstance(failure, ConnectionClosed):
+                return False, "closed during auth"
+            return False, type(failure).__name__
 
     async def _read_loop(self, ws: Any, session: Any) -> None:
         """Answer pings (the session builds the pong) and commands until the socket closes."""
@@ -533,7 +687,16 @@ class NodeWorker:
         return report
 
 
-def worker_main(conn: multiprocessing.connection.Connection, url: str, cert_path: str, concurrency: int) -> None:
+def _link_error(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The first of ``exc``'s leaf exceptions when every leaf is one of ``kinds``, else None
+    (a group holding a ``trio.Cancelled`` or a bug must propagate)."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [_link_error(inner, kinds) for inner in exc.exceptions]
+        return leaves[0] if leaves and all(leaf is not None for leaf in leaves) else None
+    return exc if isinstance(exc, kinds) else None
+
+
+def worker_main(conn: multiprocessing.connection.Connection, url: str, cert_path: str | None, concurrency: int) -> None:
     """Entry point of a worker process (multiprocessing, spawn)."""
     import trio
 
@@ -545,13 +708,14 @@ def worker_main(conn: multiprocessing.connection.Connection, url: str, cert_path
 class Workers:
     """The worker processes and their pipes."""
 
-    def __init__(self, count: int, url: str, cert_path: Path, concurrency: int) -> None:
+    def __init__(self, count: int, url: str, cert_path: Path | None, concurrency: int) -> None:
         context = multiprocessing.get_context("spawn")  # not fork: the parent may hold threads
         self.pipes: list[multiprocessing.connection.Connection] = []
         self.processes: list[Any] = []
         for _ in range(count):
             parent, child = context.Pipe()
-            process = context.Process(target=worker_main, args=(child, url, str(cert_path), concurrency), daemon=True)
+            cert = str(cert_path) if cert_path is not None else None
+            process = context.Process(target=worker_main, args=(child, url, cert, concurrency), daemon=True)
             process.start()
             child.close()
             self.pipes.append(parent)
@@ -632,6 +796,12 @@ class Options:
     measure_s: float
     p99_ceiling_ms: float
     quick: bool = False
+    capacity: bool = True
+    """Run the capacity climb (off with ``--fleet``)."""
+    fleet: FleetOptions | None = None
+    """The fleet scenario's sizes (``bench/manager_fleet.py``); None with ``--no-fleet``."""
+    fleet_required: bool = False
+    """``--fleet``: no PostgreSQL is an error, not a skip."""
 
 
 async def create_nodes(client: Any, count: int, first: int) -> list[str]:
@@ -842,37 +1012,92 @@ def verdict(rows: list[StepResult]) -> str:
 
 
 def run(opts: Options, workdir: Path) -> dict[str, Any]:
-    """The whole benchmark; returns the table text and every figure (for ``--json``)."""
+    """The whole benchmark (the capacity climb, then the fleet scenario); returns the tables'
+    text and every figure (for ``--json``). ``failed`` is true when the fleet scenario broke
+    after the climb ran (the climb's table is still worth printing)."""
     import trio
 
     raise_nofile()  # before the manager starts: it inherits the limit
     started = time.monotonic()
-    log(f"bench.manager: steps {opts.steps}, {opts.workers} workers, load average {os.getloadavg()}")
-    with running_manager(workdir) as manager:
-        log(f"manager pid {manager.process.pid} on {manager.url}")
-        workers = Workers(
-            opts.workers, f"wss://127.0.0.1:{manager.port}/ws/node", manager.cert_path, opts.connect_concurrency
-        )
-        try:
-            rows, idle_rss = trio.run(run_steps, manager, workers, opts)
-        finally:
-            workers.stop()
-        if manager.process.poll() is not None:
-            raise RuntimeError(f"mp-manager exited with {manager.process.returncode} during the run")
-    text = render(rows, idle_rss, opts)
+    rows: list[StepResult] = []
+    idle_rss = 0
+    texts: list[str] = []
+    if opts.capacity:
+        log(f"bench.manager: steps {opts.steps}, {opts.workers} workers, load average {os.getloadavg()}")
+        with running_manager(workdir) as manager:
+            log(f"manager pid {manager.process.pid} on {manager.url}")
+            workers = Workers(
+                opts.workers, f"wss://127.0.0.1:{manager.port}/ws/node", manager.cert_path, opts.connect_concurrency
+            )
+            try:
+                rows, idle_rss = trio.run(run_steps, manager, workers, opts)
+            finally:
+                workers.stop()
+            if manager.process.poll() is not None:
+                raise RuntimeError(f"mp-manager exited with {manager.process.returncode} during the run")
+        texts.append(render(rows, idle_rss, opts))
+    fleet, failed = run_fleet_part(opts, workdir / "fleet")
+    if fleet is not None:
+        texts.append(fleet.pop("text"))
     return {
-        "text": text,
-        "verdict": verdict(rows),
+        "text": "\n".join(texts),
+        "verdict": verdict(rows) if opts.capacity else "",
+        "failed": failed,
         "seconds": round(time.monotonic() - started, 1),
         "load_average_end": os.getloadavg(),
         "idle_rss_mib": idle_rss / 2**20,
         "options": asdict(opts),
         "steps": [asdict(r) for r in rows],
+        "fleet": fleet,
     }
 
 
+def run_fleet_part(opts: Options, workdir: Path) -> tuple[dict[str, Any] | None, bool]:
+    """The fleet scenario when asked for: (its figures with ``text``, or None; whether it broke).
+    Without PostgreSQL it is skipped with a line saying so, unless ``--fleet`` asked for it
+    alone; after the climb, a breakage is reported in the text (the traceback on stderr) so
+    that the climb's table still prints."""
+    if opts.fleet is None:
+        return None, False
+    from bench.manager_fleet import postgres_available, run_fleet
+
+    if not postgres_available():
+        if opts.fleet_required:
+            raise RuntimeError("the fleet scenario needs PostgreSQL (initdb under /usr/lib/postgresql/<ver>/bin)")
+        return {"text": "mp-manager fleet: skipped: PostgreSQL is not installed (tools/ensure-debs.sh)"}, False
+    if not opts.capacity:
+        return run_fleet(opts.fleet, workdir), False
+    try:
+        return run_fleet(opts.fleet, workdir), False
+    except Exception as exc:  # the capacity table above must still print
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        return {"text": f"mp-manager fleet: failed: {type(exc).__name__}: {str(exc)[:300]} (see stderr)"}, True
+
+
 def options_from(args: argparse.Namespace) -> Options:
-    """The steps and timings of a full or a ``--quick`` run."""
+    """The steps and timings of a full or a ``--quick`` run, with the fleet scenario's."""
+    opts = _capacity_options(args)
+    opts.capacity = not args.fleet
+    opts.fleet_required = args.fleet
+    if not args.no_fleet:
+        from bench.manager_fleet import FleetOptions
+
+        fleet = FleetOptions.quick_options() if args.quick else FleetOptions()
+        if args.fleet_nodes is not None:
+            fleet.nodes_per_instance = args.fleet_nodes
+        if args.fleet_commands is not None:
+            fleet.commands = args.fleet_commands
+        if args.fleet_workers is not None:
+            fleet.workers = args.fleet_workers
+        fleet.log_level = args.fleet_log_level
+        opts.fleet = fleet
+    return opts
+
+
+def _capacity_options(args: argparse.Namespace) -> Options:
+    """The climb's steps and timings."""
     if args.quick:
         steps = [min(20, args.nodes)]
         return Options(steps, 1, min(args.commands, 5), 2, 10, 1.0, 2.0, args.p99_ceiling, quick=True)
@@ -904,7 +1129,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds between the last connect and measuring")
     parser.add_argument("--measure", type=float, default=15.0, help="shortest measuring window per step, seconds")
     parser.add_argument("--p99-ceiling", type=float, default=5000.0, help="ms; a higher command p99 ends the climb")
-    parser.add_argument("--quick", action="store_true", help="20 nodes, 5 commands, a few seconds (the smoke test)")
+    parser.add_argument(
+        "--quick", action="store_true", help="20 nodes, 5 commands; fleet: 10 nodes per instance (the smoke tests)"
+    )
+    fleet = parser.add_mutually_exclusive_group()
+    fleet.add_argument("--fleet", action="store_true", help="only the fleet scenario (2 instances on PostgreSQL)")
+    fleet.add_argument("--no-fleet", action="store_true", help="skip the fleet scenario")
+    parser.add_argument("--fleet-nodes", type=int, default=None, help="fleet: nodes per instance (100; quick 10)")
+    parser.add_argument("--fleet-commands", type=int, default=None, help="fleet: round trips per row (200; quick 20)")
+    parser.add_argument("--fleet-workers", type=int, default=None, help="fleet: node worker processes (2; quick 1)")
+    parser.add_argument(
+        "--fleet-log-level", default="warning", choices=("debug", "info", "warning", "error"), help="fleet instances"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
     parser.add_argument("--keep", type=Path, default=None, help="keep the manager's data dir and log here")
     return parser
@@ -921,7 +1157,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run took {result['seconds']:.0f} s; load average at the end {result['load_average_end']}")
     if args.json:
         args.json.write_text(json.dumps({k: v for k, v in result.items() if k != "text"}, indent=2, default=str))
-    return 0
+    return 1 if result["failed"] else 0
 
 
 if __name__ == "__main__":
