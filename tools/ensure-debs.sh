@@ -16,6 +16,7 @@ packages=(
   socat wrk                                          # benchmark peers and load
   stunnel4                                           # TLS in front of FFmpeg's RTMP listener (RTMPS output test)
   postgresql                                         # the manager's store tests run on a real PostgreSQL too
+  haproxy                                            # two mp-manager instances behind a load balancer (the fleet e2e)
   prometheus                                         # for promtool only: /metrics lint, alert rules (server kept off)
   mandoc                                             # lints the generated man pages as the image's viewer reads them
 )
@@ -29,8 +30,8 @@ fi
 echo "ensure-debs: installing ${missing[*]}" >&2
 sudo_cmd=()
 [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-# No package starts a service while we install (prometheus's server, postgresql's cluster: the
-# tests run their own): a policy-rc.d that denies starts, for this run, unless the system has one.
+# No package starts a service while we install (prometheus's server, postgresql's cluster,
+# haproxy: the tests run their own): a policy-rc.d that denies starts, for this run, unless the system has one.
 policy=/usr/sbin/policy-rc.d
 if [ ! -e "$policy" ]; then
   printf '#!/bin/sh\n# tools/ensure-debs.sh: no service starts during its install\nexit 101\n' |
