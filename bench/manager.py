@@ -605,7 +605,7 @@ class NodeWorker:
         except (ConnectionClosed, trio.TooSlowError, OSError, HandshakeError, BaseExceptionGroup) as exc:
             # A socket closed under the read loop, the stats loop or trio-websocket's own
             # nursery comes wrapped in exception groups; anything else in them is re-raised.
-            failure = _link_error(exc, (ConnectionClosed, trio.TooSlowError, OSError, HandshakeError))
+            failure = link_error(exc, (ConnectionClosed, trio.TooSlowError, OSError, HandshakeError))
             if failure is None:
                 raise
             if authenticated:
@@ -687,11 +687,11 @@ class NodeWorker:
         return report
 
 
-def _link_error(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+def link_error(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
     """The first of ``exc``'s leaf exceptions when every leaf is one of ``kinds``, else None
     (a group holding a ``trio.Cancelled`` or a bug must propagate)."""
     if isinstance(exc, BaseExceptionGroup):
-        leaves = [_link_error(inner, kinds) for inner in exc.exceptions]
+        leaves = [link_error(inner, kinds) for inner in exc.exceptions]
         return leaves[0] if leaves and all(leaf is not None for leaf in leaves) else None
     return exc if isinstance(exc, kinds) else None
 
