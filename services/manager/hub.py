@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Final, Protocol, cast
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
 import trio
 from pydantic import SecretStr
@@ -81,6 +81,9 @@ from services.manager.reports import NodeReports
 from services.manager.secrets import SecretBox, SecretUnreadable
 from services.manager.store import DeviceType as StoreDeviceType
 from services.manager.store import EventSeverity, JsonValue, NewEvent, NodeCredentials, NodeStatus, Store
+
+if TYPE_CHECKING:
+    from services.manager.fleet import Fleet, RemoteNode
 
 __all__ = [
     "CONNECTED_MESSAGE",
@@ -262,13 +265,15 @@ class NodeHub:
         lockout: Lockout | None = None,
         protocol_version: int = PROTOCOL_VERSION,
         wall_clock: Callable[[], datetime] = _utc_now,
+        fleet: Fleet | None = None,
     ) -> None:
         """``keepalive_interval_s``: ``ws_keepalive_interval_secs``; ``offline_threshold_s``:
         ``node_offline_threshold_secs`` (None: never idle-close). ``last_seen_write_interval_s``
         bounds how often ``stats`` alone writes ``last_seen_at`` (a status change, and every
         ``health``, always write). ``reports_interval_s``: how long runtime fields and events
         wait to be written together (:class:`NodeReports`; :meth:`run` writes them).
-        ``lockout`` is kept in memory (a restart forgets it)."""
+        ``lockout`` is kept in memory (a restart forgets it). ``fleet``: the other instances on
+        the same PostgreSQL (commands for their nodes go through them; their nodes show live)."""
         self._store = store
         self._box = secret_box
         self._keepalive_interval_s = keepalive_interval_s
@@ -298,38 +303,64 @@ class NodeHub:
         }
         self.frames_dropped = 0
         """Frames the sessions dropped (malformed, oversized, unexpected), all sockets together."""
+        self.fleet = fleet
+        if fleet is not None:
+            fleet.attach(self)
         self.history = BitrateHistory()
         """The last minutes of every flow's bit rates (the dashboard's charts start from it)."""
 
     # ------------------------------------------------------------------ views
+    # A node is "connected" when this instance holds its socket or, in a fleet, another
+    # instance published it live within the last seconds (services.manager.fleet).
     @property
-    def connected_node_ids(self) -> frozenset[uuid.UUID]:
-        """The nodes with an authenticated socket now."""
+    def local_node_ids(self) -> frozenset[uuid.UUID]:
+        """The nodes whose authenticated socket this instance holds."""
         return frozenset(self._connections)
 
+    @property
+    def connected_node_ids(self) -> frozenset[uuid.UUID]:
+        """The nodes with an authenticated socket now, on this instance or another of the fleet."""
+        local = frozenset(self._connections)
+        return local | self.fleet.remote_node_ids if self.fleet is not None else local
+
     def is_connected(self, node_id: uuid.UUID) -> bool:
-        """Whether the node has an authenticated socket now."""
-        return node_id in self._connections
+        """Whether the node has an authenticated socket now (here or on another instance)."""
+        return node_id in self._connections or self._remote(node_id) is not None
+
+    def _remote(self, node_id: uuid.UUID) -> RemoteNode | None:
+        return self.fleet.remote_node(node_id) if self.fleet is not None else None
 
     def latest_stats(self, node_id: uuid.UUID) -> dict[str, object] | None:
         """The last ``stats`` payload of a connected node, as received (for the dashboard)."""
         conn = self._connections.get(node_id)
-        return conn.stats if conn is not None else None
+        if conn is not None:
+            return conn.stats
+        remote = self._remote(node_id)
+        return remote.stats if remote is not None else None
 
     def latest_health(self, node_id: uuid.UUID) -> dict[str, object] | None:
         """The last ``health`` payload of a connected node, as received."""
         conn = self._connections.get(node_id)
-        return conn.health if conn is not None else None
+        if conn is not None:
+            return conn.health
+        remote = self._remote(node_id)
+        return remote.health if remote is not None else None
 
     def live_versions(self, node_id: uuid.UUID) -> tuple[str, int] | None:
         """The software and protocol versions a connected node sent in its ``auth``."""
         conn = self._connections.get(node_id)
-        return conn.versions if conn is not None else None
+        if conn is not None:
+            return conn.versions
+        remote = self._remote(node_id)
+        return remote.versions if remote is not None else None
 
     def live_status(self, node_id: uuid.UUID) -> NodeStatus | None:
         """The status of a connected node by the stats rule; None when not connected."""
         conn = self._connections.get(node_id)
-        return conn.status if conn is not None else None
+        if conn is not None:
+            return conn.status
+        remote = self._remote(node_id)
+        return remote.status if remote is not None else None
 
     def wall_time(self) -> float:
         """Now, in Unix seconds, from the hub's wall clock."""
@@ -338,6 +369,12 @@ class NodeHub:
     async def run(self) -> None:
         """Writes what nodes report (:attr:`reports`) until cancelled. Start it once, beside serving."""
         await self.reports.run()
+
+    async def settings_changed(self, *, keepalive_interval_s: float, offline_threshold_s: float) -> None:
+        """``PUT /settings`` changed them here: applied, and in a fleet told to every instance."""
+        self.apply_settings(keepalive_interval_s=keepalive_interval_s, offline_threshold_s=offline_threshold_s)
+        if self.fleet is not None:
+            await self.fleet.settings_changed()
 
     # ------------------------------------------------------------------ one socket
     async def serve(self, socket: NodeSocket) -> None:
@@ -429,6 +466,10 @@ class NodeHub:
                 return  # never authenticated
             try:
                 _log.info("node %s disconnected", node_id)
+                if self.fleet is not None and not await self.fleet.release(node_id):
+                    # It reconnected to another instance of the fleet before this socket ended:
+                    # it is not offline.
+                    return
                 self.reports.update_runtime(node_id, status=NodeStatus.OFFLINE)
                 self._record(node_id, Severity.CRITICAL, CONNECTION_CATEGORY, DISCONNECTED_MESSAGE)
             finally:
@@ -522,6 +563,8 @@ class NodeHub:
         conn.last_seen_written = trio.current_time()
         self._record(node_id, Severity.INFO, CONNECTION_CATEGORY, CONNECTED_MESSAGE)
         self._request_config(conn)
+        if self.fleet is not None:
+            await self.fleet.claim(node_id)
 
     async def _on_compatibility_warning(self, conn: _Connection, event: ManagerEvent) -> None:
         assert isinstance(event, CompatibilityWarning) and conn.node_id is not None
@@ -619,7 +662,12 @@ class NodeHub:
         self._offline_threshold_s = offline_threshold_s
 
     async def send_command(
-        self, node_id: uuid.UUID, action: Mapping[str, object], *, max_bytes: int = MAX_ACTION_BYTES
+        self,
+        node_id: uuid.UUID,
+        action: Mapping[str, object],
+        *,
+        max_bytes: int = MAX_ACTION_BYTES,
+        forward: bool = True,
     ) -> CommandResult:
         """Send ``action`` to the node and wait for its answer (interop.md 6 "Commands").
 
@@ -631,6 +679,9 @@ class NodeHub:
         (502: no socket, or it closed while waiting), :class:`CommandTimedOut` (504) or
         :class:`CommandFailed` (422, the node's text). After a successful mutating command the
         cached config is dropped and ``get_config`` re-sent.
+
+        In a fleet, a node whose socket another instance holds gets the command through that
+        instance (``forward``; the holder itself passes False, so a command never bounces).
         """
         try:
             size = len(json.dumps(dict(action), separators=(",", ":")).encode("utf-8"))
@@ -639,6 +690,10 @@ class NodeHub:
         if size > max_bytes:
             raise CommandTooLarge(f"Command action exceeds {max_bytes // 1024} KiB")
         conn = self._connections.get(node_id)
+        if conn is None and forward and self.fleet is not None:
+            return await self.fleet.forward_command(
+                node_id, action, max_bytes=max_bytes, command_timeout_s=self._command_timeout_s
+            )
         if conn is None or conn.session.state is not ManagerState.AUTHENTICATED:
             raise NodeNotConnected("Node is not connected")
         try:
@@ -668,14 +723,17 @@ class NodeHub:
             raise NodeNotConnected("Node disconnected before answering")
         raise CommandTimedOut("Node did not answer within the timeout")
 
-    async def disconnect(self, node_id: uuid.UUID) -> bool:
+    async def disconnect(self, node_id: uuid.UUID, *, forward: bool = True) -> bool:
         """Close the node's socket (e.g. a new registration token was issued, interop.md 7.2).
 
         Waiting commands fail with :class:`NodeNotConnected`; the node goes offline as for any
-        close. Returns whether a socket was open. Does not wait for the close to finish.
+        close. Returns whether a socket was open. Does not wait for the close to finish, except
+        in a fleet when another instance holds the socket: then it returns once it has closed.
         """
         conn = self._connections.get(node_id)
         if conn is None:
+            if forward and self.fleet is not None:
+                return await self.fleet.forward_disconnect(node_id)
             return False
         await self._apply(conn, conn.session.close())
         self._queue(conn, _Shutdown(NORMAL_CLOSE, "Disconnected by the manager"))

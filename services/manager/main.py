@@ -26,11 +26,13 @@ closed last. Exit 0.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import logging
 import socket
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final, NoReturn
 
@@ -43,6 +45,7 @@ from appliance.logs import configure_service_logging
 from services.manager import auth
 from services.manager.api.ws import register_hub
 from services.manager.app import build_app
+from services.manager.fleet import Fleet, listen_conninfo
 from services.manager.hub import NodeHub
 from services.manager.local_addresses import IpAddress, local_addresses
 from services.manager.paths import database_url, ensure_data_dir
@@ -107,6 +110,23 @@ async def open_store(data_dir: Path, url: str | None) -> Store:
         raise StartupError(f"cannot open the database: {exc.message}", exit_code=1) from None
 
 
+@contextlib.contextmanager
+def sqlite_single_instance(database: Path) -> Iterator[None]:
+    """Holds an exclusive lock beside the SQLite file while serving: SQLite is the one-box store,
+    and two instances on one file would each mark the other's nodes offline and split the
+    sockets with no way to route commands between them. A fleet runs on PostgreSQL."""
+    lock_path = database.with_name(database.name + ".serve-lock")
+    with open(lock_path, "a+b") as lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StartupError(
+                f"another mp-manager is already serving {database}: SQLite serves one instance; "
+                "run several on one PostgreSQL database (--database-url postgresql://...)"
+            ) from None
+        yield
+
+
 async def run_manager(service: ManagerService) -> None:
     """Steps 4 and 5: open the store, serve until SIGINT or SIGTERM, stop within
     :data:`SHUTDOWN_GRACE_S`, close the store."""
@@ -115,29 +135,50 @@ async def run_manager(service: ManagerService) -> None:
     store = await open_store(settings.data_dir, url)
     try:
         service.attach_store(store)
-        offline = await store.mark_all_nodes_offline()
-        _log.info("store open (%s); %d node(s) marked offline", store.backend, offline)
-        await _serve_until_stopped(service)
+        with contextlib.ExitStack() as held:
+            if store.backend == "sqlite" and store.engine.url.database:
+                held.enter_context(sqlite_single_instance(Path(store.engine.url.database)))
+                offline = await store.mark_all_nodes_offline()
+                _log.info("store open (%s); %d node(s) marked offline", store.backend, offline)
+                await _serve_until_stopped(service, fleet=False)
+            else:
+                # PostgreSQL: other instances may be serving on the same database (a fleet,
+                # docs/manager.md): only the nodes none of them holds are offline.
+                offline = await store.fleet_mark_orphans_offline()
+                _log.info("store open (%s); %d node(s) marked offline", store.backend, offline)
+                await _serve_until_stopped(service, fleet=True)
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
 
 
-async def _serve_until_stopped(service: ManagerService) -> None:
+async def _serve_until_stopped(service: ManagerService, *, fleet: bool) -> None:
     settings = service.settings
     certificate = service.certificate
     app = build_app(service)
     # The node hub (interop.md 6): /ws/node; routes reach it through api.ws.node_hub().
     live = await service.runtime_settings()
-    register_hub(
-        app,
-        NodeHub(
-            service.store,
-            service.secret_box,
-            keepalive_interval_s=live.ws_keepalive_interval_secs,
-            offline_threshold_s=live.node_offline_threshold_secs,
-        ),
+
+    async def reapply_settings() -> None:
+        # Another instance of the fleet changed them (interop.md 7.5: live everywhere).
+        now = await service.runtime_settings()
+        hub.apply_settings(
+            keepalive_interval_s=now.ws_keepalive_interval_secs, offline_threshold_s=now.node_offline_threshold_secs
+        )
+
+    member = (
+        Fleet(service.store, settings_changed=reapply_settings, conninfo=listen_conninfo(service.store))
+        if fleet
+        else None
     )
+    hub = NodeHub(
+        service.store,
+        service.secret_box,
+        keepalive_interval_s=live.ws_keepalive_interval_secs,
+        offline_threshold_s=live.node_offline_threshold_secs,
+        fleet=member,
+    )
+    register_hub(app, hub)
     stop = trio.Event()
     served = trio.Event()
 
@@ -160,6 +201,8 @@ async def _serve_until_stopped(service: ManagerService) -> None:
         await nursery.start(systemd.stop_on_signals, stop, _log)
         # interop.md 7.3: the daily retention job, reading events_retention_days live.
         nursery.start_soon(retention_loop, service.store, service.runtime_settings)
+        if member is not None:
+            await nursery.start(member.run)
         binds = await nursery.start(serving)
         url = listening_url("https" if certificate else "http", settings.listen_addr, binds, settings.port)
         _log.info("mp-manager %s listening on %s", service.version, url)

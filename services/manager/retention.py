@@ -49,14 +49,18 @@ class RetentionResult:
     attempts: int
 
 
-async def run_retention(store: Store, settings: Callable[[], Awaitable[RuntimeSettings]]) -> RetentionResult:
-    """One run of the job; ``settings`` is read now (``ManagerService.runtime_settings``)."""
+async def run_retention(store: Store, settings: Callable[[], Awaitable[RuntimeSettings]]) -> RetentionResult | None:
+    """One run of the job; ``settings`` is read now (``ManagerService.runtime_settings``).
+
+    None when another instance on the same PostgreSQL is running it (an advisory lock)."""
     current = await settings()
-    deleted = RetentionResult(
-        events=await store.delete_events_older_than(current.events_retention),
-        sessions=await store.purge_expired_sessions(),
-        attempts=await store.purge_attempts(older_than=ATTEMPTS_KEPT),
-    )
+    counts = await store.retention_pass(current.events_retention, ATTEMPTS_KEPT)
+    if counts is None:
+        # Several instances on one PostgreSQL: another one holds the job's advisory lock and is
+        # running it now (docs/manager.md "A fleet"); this run is not needed.
+        _log.info("retention: another manager instance is running the job")
+        return None
+    deleted = RetentionResult(events=counts[0], sessions=counts[1], attempts=counts[2])
     _log.info(
         "retention: deleted %d event(s) older than %d day(s), %d expired session(s), %d old login attempt(s)",
         deleted.events,

@@ -48,6 +48,7 @@ async def test_run_deletes_old_events_expired_sessions_and_old_attempts(tmp_path
             return RuntimeSettings()
 
         result = await run_retention(store, defaults)
+        assert result is not None
         assert (result.events, result.sessions, result.attempts) == (1, 1, 1)
         left = {row.message for row in (await store.query_events()).rows}
         assert left == {"kept: inside 30 days", "kept until the setting is lowered", "new"}
@@ -62,6 +63,7 @@ async def test_run_deletes_old_events_expired_sessions_and_old_attempts(tmp_path
             return RuntimeSettings.from_stored(await store.get_settings())
 
         result = await run_retention(store, stored)
+        assert result is not None
         assert (result.events, result.sessions, result.attempts) == (2, 0, 0)
         assert [row.message for row in (await store.query_events()).rows] == ["new"]
 

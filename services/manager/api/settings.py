@@ -84,7 +84,8 @@ async def put_settings() -> Response:
     settings = await service().update_settings(body.settings)
     hub = current_app.config.get(HUB_KEY)
     if hub is not None:  # interop.md 7.5: every setting takes effect live, the hub's two included
-        hub.apply_settings(
+        # (and on every instance of a fleet: the hub tells the others).
+        await hub.settings_changed(
             keepalive_interval_s=settings.ws_keepalive_interval_secs,
             offline_threshold_s=settings.node_offline_threshold_secs,
         )

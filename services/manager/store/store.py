@@ -30,7 +30,7 @@ from uuid import UUID
 import sqlalchemy as sa
 import trio
 
-from . import events, nodes, sessions, settings, users
+from . import events, fleet, nodes, sessions, settings, users
 from .engine import create_private_file, create_store_engine, resolve_url, run_in_transaction
 from .errors import NodeNotFound
 from .migrate import upgrade_to_head
@@ -375,6 +375,54 @@ class Store:
         """The daily retention job: deletes events created more than ``age`` ago; how many."""
         return await self._run(True, events.delete_events_before, self._clock() - age)
 
+    async def retention_pass(self, events_age: timedelta, attempts_age: timedelta) -> tuple[int, int, int] | None:
+        """The daily retention job in one transaction: (events, sessions, attempts) deleted.
+
+        On PostgreSQL the pass first takes an advisory transaction lock, so that of several
+        instances on one database exactly one runs it at a time; None when another holds it."""
+        return await self._run(True, _retention_pass, self._clock(), events_age, attempts_age)
+
+    # --- the fleet (several instances on one PostgreSQL; docs/manager.md "A fleet") ------
+
+    async def fleet_register(self, instance_id: UUID, name: str) -> None:
+        await self._run(True, fleet.register_instance, instance_id, name, self._clock())
+
+    async def fleet_remove(self, instance_id: UUID) -> None:
+        await self._run(True, fleet.remove_instance, instance_id)
+
+    async def fleet_beat(
+        self, instance_id: UUID, live_body: str, *, lease: timedelta, fresh: timedelta
+    ) -> list[tuple[UUID, str]]:
+        return await self._run(True, fleet.beat, instance_id, live_body, self._clock(), lease, fresh)
+
+    async def fleet_claim(self, node_id: UUID, instance_id: UUID, *, lease: timedelta) -> None:
+        await self._run(True, fleet.claim_node, node_id, instance_id, self._clock(), lease)
+
+    async def fleet_release(self, node_id: UUID, instance_id: UUID) -> bool:
+        return await self._run(True, fleet.release_node, node_id, instance_id)
+
+    async def fleet_holder(self, node_id: UUID) -> UUID | None:
+        return await self._run(False, fleet.holder_of, node_id, self._clock())
+
+    async def fleet_send(self, sender: UUID, target: UUID | None, kind: str, body: str) -> int:
+        return await self._run(True, fleet.send_message, sender, target, kind, body, self._clock())
+
+    async def fleet_take(self, instance_id: UUID, *, limit: int = 200) -> list[fleet.FleetMessage]:
+        return await self._run(True, fleet.take_messages, instance_id, limit)
+
+    async def fleet_broadcasts(self, since: datetime, exclude: Sequence[int]) -> list[fleet.FleetMessage]:
+        return await self._run(False, fleet.broadcasts_since, since, list(exclude))
+
+    async def fleet_sweep(self, *, message_age: timedelta, instance_age: timedelta) -> list[UUID]:
+        return await self._run(True, fleet.sweep, self._clock(), message_age=message_age, instance_age=instance_age)
+
+    async def fleet_mark_orphans_offline(self) -> int:
+        return await self._run(True, fleet.mark_orphans_offline, self._clock())
+
+    def now(self) -> datetime:
+        """The store's clock (aware UTC)."""
+        return self._clock()
+
     # --- settings (interop 7.5) and AI keys (interop 7.6) -------------------------------
 
     async def get_settings(self) -> dict[str, JsonValue]:
@@ -407,6 +455,22 @@ class Store:
     async def delete_ai_key(self, user_id: UUID, provider: AiProvider) -> None:
         """Deletes the user's key for the provider. Raises ``AiKeyNotFound``."""
         await self._run(True, settings.delete_ai_key, user_id, provider)
+
+
+# Any constant both sides agree on: the key of the retention job's advisory lock.
+RETENTION_LOCK_KEY: Final = 0x6D70_7265_7465  # "mprete"
+
+
+def _retention_pass(
+    conn: sa.Connection, now: datetime, events_age: timedelta, attempts_age: timedelta
+) -> tuple[int, int, int] | None:
+    if conn.dialect.name == "postgresql" and not fleet.try_advisory_xact_lock(conn, RETENTION_LOCK_KEY):
+        return None
+    return (
+        events.delete_events_before(conn, now - events_age),
+        sessions.purge_expired_sessions(conn, now),
+        sessions.purge_attempts(conn, now - attempts_age),
+    )
 
 
 def _record_node_reports(

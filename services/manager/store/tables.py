@@ -223,3 +223,60 @@ ai_keys: Final = sa.Table(
     sa.UniqueConstraint("user_id", "provider"),
     _one_of("provider", AI_PROVIDERS, "provider"),
 )
+
+# --- the fleet's coordination (docs/manager.md "A fleet") --------------------------------
+# Several mp-manager instances on one PostgreSQL coordinate through these. They hold no data
+# of their own (who holds which socket now, messages in flight, the live stats last published),
+# so they live on their own MetaData: a backup (snapshot.py walks ``metadata``) leaves them out,
+# and a restore starts with none. The migrations create them on SQLite too (one schema), where
+# nothing uses them.
+fleet_metadata: Final = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+# One row per running instance, its heartbeat refreshed every second.
+manager_instances: Final = sa.Table(
+    "manager_instances",
+    fleet_metadata,
+    sa.Column("id", sa.Uuid(), primary_key=True),
+    sa.Column("name", sa.String(SHORT_TEXT_MAX), nullable=False),
+    sa.Column("started_at", UtcDateTime(), nullable=False),
+    sa.Column("heartbeat_at", UtcDateTime(), nullable=False),
+)
+
+# Which instance holds each connected node's socket. The holder pushes expires_at forward
+# every second; a dead instance's rows lapse and a survivor marks those nodes offline.
+node_connections: Final = sa.Table(
+    "node_connections",
+    fleet_metadata,
+    sa.Column("node_id", sa.Uuid(), primary_key=True),
+    sa.Column("instance_id", sa.Uuid(), nullable=False),
+    sa.Column("connected_at", UtcDateTime(), nullable=False),
+    sa.Column("expires_at", UtcDateTime(), nullable=False),
+    sa.Index("ix_node_connections_instance_id", "instance_id"),
+    sa.Index("ix_node_connections_expires_at", "expires_at"),
+)
+
+# The outbox: a message to one instance (target) or to all (target NULL). The body is always
+# here, never in the NOTIFY payload (8,000 bytes at most), and a listener that was away reads
+# what it missed from here.
+fleet_messages: Final = sa.Table(
+    "fleet_messages",
+    fleet_metadata,
+    sa.Column("id", AUTOINCREMENT_ID, primary_key=True, autoincrement=True),
+    sa.Column("target", sa.Uuid(), nullable=True),
+    sa.Column("sender", sa.Uuid(), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("body", sa.Text(), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Index("ix_fleet_messages_target_id", "target", "id"),
+    sa.Index("ix_fleet_messages_created_at", "created_at"),
+)
+
+# Each instance's connected nodes as last published (status, stats, health, versions), so the
+# others' dashboards and routes see every node of the fleet live.
+fleet_live: Final = sa.Table(
+    "fleet_live",
+    fleet_metadata,
+    sa.Column("instance_id", sa.Uuid(), primary_key=True),
+    sa.Column("body", sa.Text(), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 import sqlalchemy as sa
@@ -17,9 +18,12 @@ from services.manager.store import (
     head_revision,
     upgrade_to_head,
 )
-from services.manager.store.tables import metadata
+from services.manager.store.tables import fleet_metadata, metadata
 
 TABLES = {"users", "sessions", "login_attempts", "nodes", "events", "settings", "ai_keys"}
+# Alembic compares against a sequence of MetaData too (its stub says one).
+BOTH = cast(sa.MetaData, [metadata, fleet_metadata])
+FLEET_TABLES = {"manager_instances", "node_connections", "fleet_messages", "fleet_live"}
 
 
 def test_every_migration_from_empty_matches_the_metadata(database_url: str) -> None:
@@ -31,9 +35,9 @@ def test_every_migration_from_empty_matches_the_metadata(database_url: str) -> N
         upgrade_to_head(database_url)
 
         assert current_revision(engine) == head_revision()
-        assert set(sa.inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
+        assert set(sa.inspect(engine).get_table_names()) == TABLES | FLEET_TABLES | {"alembic_version"}
         with engine.connect() as conn:
-            diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata)
+            diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), BOTH)
         assert diff == []
     finally:
         engine.dispose()
@@ -47,7 +51,7 @@ def test_the_comparison_sees_a_difference(database_url: str) -> None:
         with engine.begin() as conn:
             conn.execute(sa.text("DROP INDEX ix_events_flow_id_created_at"))
         with engine.connect() as conn:
-            diff = compare_metadata(MigrationContext.configure(conn), metadata)
+            diff = compare_metadata(MigrationContext.configure(conn), BOTH)
         assert [entry[0] for entry in diff] == ["add_index"]
     finally:
         engine.dispose()

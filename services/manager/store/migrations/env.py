@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import context
 from alembic.autogenerate.api import AutogenContext
 
-from services.manager.store.tables import UtcDateTime, metadata
+from services.manager.store.tables import UtcDateTime, fleet_metadata, metadata
 
 
 def render_item(kind: str, item: Any, autogen_context: AutogenContext) -> str | Literal[False]:
@@ -29,7 +29,7 @@ def run_migrations() -> None:
         raise RuntimeError("run migrations through services.manager.store.migrate, not the alembic command")
     context.configure(
         connection=connection,
-        target_metadata=metadata,
+        target_metadata=[metadata, fleet_metadata],
         # SQLite cannot ALTER most things: batch mode rebuilds the table instead.
         render_as_batch=connection.dialect.name == "sqlite",
         render_item=render_item,
