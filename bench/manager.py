@@ -2,6 +2,13 @@
 
     python -m bench.manager [--nodes 5000] [--steps 500 1000 2000 3000 5000] [--commands 200]
                             [--workers 3] [--quick] [--json PATH] [--keep DIR]
+                            [--fleet | --no-fleet] [--fleet-nodes 100] [--fleet-commands 200]
+
+After the climb the same run measures the fleet scenario (``bench/manager_fleet.py``: two
+instances on one PostgreSQL, command round trips through the instance holding the node and
+through the other one, then one instance SIGKILLed and its nodes' way back to the survivor);
+``--fleet`` runs only that, ``--no-fleet`` skips it, and without PostgreSQL it is skipped with a
+line saying so. The rest of this docstring is the climb's.
 
 Starts the real ``mp-manager serve`` (a fresh data dir, SQLite, ``direct`` TLS with its
 self-signed certificate, a free port on 127.0.0.1, ``--log-level warning``), makes a super admin
