@@ -119,6 +119,7 @@ class Fleet:
         beat_interval_s: float = BEAT_INTERVAL_S,
         lease_s: float = LEASE_S,
         sweep_interval_s: float = SWEEP_INTERVAL_S,
+        poll_interval_s: float = POLL_INTERVAL_S,
         reply_timeout_s: float | None = None,
     ) -> None:
         """``settings_changed`` re-reads the runtime settings and applies them (a broadcast from
@@ -130,6 +131,7 @@ class Fleet:
         self._beat_interval_s = beat_interval_s
         self._lease = timedelta(seconds=lease_s)
         self._sweep_interval_s = sweep_interval_s
+        self._poll_interval_s = poll_interval_s
         self._reply_timeout_s = reply_timeout_s
         self._hub: NodeHub | None = None
         self._remote: dict[uuid.UUID, RemoteNode] = {}
@@ -141,6 +143,8 @@ class Fleet:
         self.forwarded = 0
         """Commands this instance sent to others (for the bench and diagnostics)."""
         self.listener_connected = False
+        self.sweeps = 0
+        """Sweeps run so far (tests wait on it)."""
 
     def attach(self, hub: NodeHub) -> None:
         """The hub whose sockets this instance holds (set once, before :meth:`run`)."""
@@ -276,12 +280,13 @@ class Fleet:
             except errors.ApplianceError as exc:
                 _log.warning("fleet: sweep failed: %s", exc.message)
                 continue
+            self.sweeps += 1
             if lapsed:
                 _log.warning("fleet: %d node connection(s) lapsed with their instance; marked offline", len(lapsed))
 
     async def _inbox_loop(self) -> None:
         while True:
-            with trio.move_on_after(POLL_INTERVAL_S):
+            with trio.move_on_after(self._poll_interval_s):
                 await self._wake.wait()
             self._wake = trio.Event()
             try:

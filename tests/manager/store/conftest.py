@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 
 from services.manager.store import Store, sqlite_url, upgrade_to_head
-from services.manager.store.tables import metadata
+from services.manager.store.tables import fleet_metadata, metadata
 from tests.helpers.postgres import PostgresCluster, require_postgres, running_postgres
 
 BACKENDS = ("sqlite", "postgresql")
@@ -78,7 +78,7 @@ def store_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> s
         return sqlite_url(tmp_path)
     url: str = request.getfixturevalue("postgres_store_database")
     cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
-    tables = ", ".join(table.name for table in metadata.sorted_tables)
+    tables = ", ".join(t.name for t in [*metadata.sorted_tables, *fleet_metadata.sorted_tables])
     cluster.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE", database=sa.make_url(url).database or "")
     return url
 
