@@ -18,11 +18,13 @@ scenario measures what that costs and how fast it heals:
    ``/ws/node`` first, half to B's (directly; no load balancer). Each node holds the list of
    both URLs and, once a connection is lost or an attempt fails, waits the real client's backoff
    (1, 2, 4 ... 60 s, +-10 %) and tries the next URL with its node id + secret.
-3. Which instance holds which node is read from ``node_connections`` itself. Then
-   ``--fleet-commands`` ``get_config`` round trips (``POST /api/v1/nodes/{id}/command``) through
-   the instance holding the node (**same instance**) and as many through the other one
-   (**cross instance**: outbox, NOTIFY, the holder, and the ack back), shuffled together,
-   ``--fleet-command-concurrency`` at a time, at most 60 s: both rows see the same load.
+3. Which instance holds which node is read from ``node_connections`` itself. Then ``get_config``
+   round trips (``POST /api/v1/nodes/{id}/command``) through the instance holding the node
+   (**same instance**) and as many through the other one (**cross instance**: outbox, NOTIFY,
+   the holder, and the ack back), shuffled together so that both rows see the same load: 20 per
+   row one at a time (what the route itself costs), then ``--fleet-commands`` per row 10 at a
+   time (under load), each phase at most 60 s. CPU over the loaded phase: each instance,
+   PostgreSQL's process tree and the node workers.
 4. B is killed with SIGKILL (no clean stop: its ``node_connections`` rows stay until their lease
    lapses) and the survivor A is polled every 0.25 s: **all back online** is the time from the
    kill until every node B held has a ``node_connections`` row naming A *and* shows ``online``
@@ -62,13 +64,13 @@ from bench.manager import (
     raise_nofile,
     rss_bytes,
 )
-from bench.tools.procfs import cpu_seconds
+from bench.tools.procfs import cpu_seconds, tree_cpu_seconds
 
 START_LIMIT_S: Final = 60.0  # mp-manager serve to /health 200 (migrations run at start)
 POLL_INTERVAL_S: Final = 0.25  # the failover poll: a finer one would mostly measure the poll
 SAMPLE_FAILURES_MAX: Final = 5  # failed commands quoted in the report, for a core that misbehaves
 
-FLEET_HEADER: Final = "  route            commands  fail  p50 ms  p99 ms  max ms"
+FLEET_HEADER: Final = "  route            at a time  commands  fail  p50 ms  p99 ms  max ms"
 SAME_ROW: Final = "same instance"
 CROSS_ROW: Final = "cross instance"
 BACK_ONLINE: Final = "all back online on the survivor in"
@@ -88,8 +90,10 @@ class FleetOptions:
     nodes_per_instance: int = 100
     workers: int = 2
     commands: int = 200
-    """Round trips per row (same instance, cross instance)."""
+    """Round trips per loaded row (same instance, cross instance)."""
     command_concurrency: int = 10
+    sequential_commands: int = 20
+    """Round trips per row one at a time, before the loaded rows: the route's own latency."""
     connect_concurrency: int = 25
     settle_s: float = 5.0
     failover_limit_s: float = 90.0
@@ -104,6 +108,7 @@ class FleetOptions:
             workers=1,
             commands=20,
             command_concurrency=4,
+            sequential_commands=5,
             connect_concurrency=10,
             settle_s=2.0,
             failover_limit_s=30.0,
@@ -149,6 +154,7 @@ class RouteResult:
     """One row of the table: command round trips through one kind of route."""
 
     route: str
+    concurrency: int
     commands: int = 0
     failed: int = 0
     p50_ms: float = float("nan")
@@ -189,12 +195,13 @@ class FleetResult:
     connected: int = 0
     connect_s: float = 0.0
     held_by: dict[str, int] = field(default_factory=dict)
-    same: RouteResult = field(default_factory=lambda: RouteResult(SAME_ROW))
-    cross: RouteResult = field(default_factory=lambda: RouteResult(CROSS_ROW))
+    routes: list[RouteResult] = field(default_factory=list)
+    """Same and cross instance one at a time, then same and cross under load."""
     failover: FailoverResult = field(default_factory=FailoverResult)
     rss_mib: dict[str, float] = field(default_factory=dict)
     cpu_pct: dict[str, float] = field(default_factory=dict)
-    """Each instance's CPU over the command phase, 100 % = one core."""
+    """CPU over the loaded command rows, 100 % = one core: each instance, PostgreSQL (all its
+    processes) and the node workers; the bench's own process is the rest of the machine."""
     seconds: float = 0.0
 
 
@@ -331,24 +338,26 @@ async def create_tokens(client: Any, count: int) -> list[str]:
 
 
 async def command_rows(
-    clients: dict[str, Any], holders: dict[str, str], opts: FleetOptions, result: FleetResult
-) -> None:
-    """``opts.commands`` same-instance and as many cross-instance round trips, shuffled
-    together; ``holders`` maps node id -> the name of the instance holding its socket."""
+    clients: dict[str, Any], holders: dict[str, str], count: int, concurrency: int
+) -> tuple[RouteResult, RouteResult]:
+    """``count`` same-instance and as many cross-instance round trips, shuffled together and
+    ``concurrency`` at a time, so both rows see the same load; ``holders`` maps node id -> the
+    name of the instance holding its socket. The (same, cross) rows."""
     import trio
 
-    rng = random.Random(opts.commands)
+    same, cross = RouteResult(SAME_ROW, concurrency), RouteResult(CROSS_ROW, concurrency)
+    rng = random.Random(count * 1000 + concurrency)
     node_ids = sorted(holders)
     others = {"A": "B", "B": "A"}
     jobs: list[tuple[RouteResult, str, str]] = []
-    for _ in range(opts.commands):
+    for _ in range(count):
         node = rng.choice(node_ids)
-        jobs.append((result.same, holders[node], node))
+        jobs.append((same, holders[node], node))
         node = rng.choice(node_ids)
-        jobs.append((result.cross, others[holders[node]], node))
+        jobs.append((cross, others[holders[node]], node))
     rng.shuffle(jobs)
     latencies: dict[str, list[float]] = {SAME_ROW: [], CROSS_ROW: []}
-    limiter = trio.CapacityLimiter(opts.command_concurrency)
+    limiter = trio.CapacityLimiter(concurrency)
 
     async def one(row: RouteResult, via: str, node: str) -> None:
         async with limiter:
@@ -370,12 +379,18 @@ async def command_rows(
         nursery.cancel_scope.deadline = trio.current_time() + COMMAND_PHASE_LIMIT_S
         for job in jobs:
             nursery.start_soon(one, *job)
-    for row in (result.same, result.cross):
+    for row in (same, cross):
         values = latencies[row.route]
         row.commands = len(values)
-        row.failed += opts.commands - len(values)
+        row.failed += count - len(values)
         row.p50_ms, row.p99_ms = percentile(values, 0.5), percentile(values, 0.99)
         row.max_ms = max(values, default=float("nan"))
+    return same, cross
+
+
+def postmaster_pid(cluster: Any) -> int:
+    """The PostgreSQL server's pid (first line of ``postmaster.pid``); its backends are its children."""
+    return int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
 
 
 async def failover(
@@ -484,15 +499,23 @@ async def measure(cluster: Any, database_url: str, instances: list[Instance], op
             if len(holders) < total:
                 raise RuntimeError(f"node_connections holds {len(holders)} of {total} nodes live: {rows}")
 
-            cpu0 = {i.name: cpu_seconds(i.process.pid) for i in instances}
-            t0 = time.monotonic()
-            await command_rows(clients, holders, opts, result)
-            elapsed = time.monotonic() - t0
-            result.cpu_pct = {i.name: (cpu_seconds(i.process.pid) - cpu0[i.name]) / elapsed * 100 for i in instances}
+            result.routes += await command_rows(clients, holders, opts.sequential_commands, 1)
+            postgres_pid = postmaster_pid(cluster)
+
+            def cpu_now() -> dict[str, float]:
+                return {i.name: cpu_seconds(i.process.pid) for i in instances} | {
+                    "PostgreSQL": tree_cpu_seconds(postgres_pid),
+                    "nodes": workers.cpu_seconds(),
+                }
+
+            cpu0, t0 = cpu_now(), time.monotonic()
+            result.routes += await command_rows(clients, holders, opts.commands, opts.command_concurrency)
+            cpu1, elapsed = cpu_now(), time.monotonic() - t0
+            result.cpu_pct = {name: (cpu1[name] - cpu0[name]) / elapsed * 100 for name in cpu0}
             result.rss_mib = {i.name: rss_bytes(i.process.pid) / 2**20 for i in instances}
-            for row in (result.same, result.cross):
+            for row in result.routes:
                 log(
-                    f"fleet: {row.route}: {row.commands} commands, {row.failed} failed,"
+                    f"fleet: {row.route}, {row.concurrency} at a time: {row.commands} commands, {row.failed} failed,"
                     f" p50 {row.p50_ms:.1f} ms, p99 {row.p99_ms:.1f} ms"
                     + (f"; e.g. {row.failures[0]}" if row.failures else "")
                 )
@@ -519,25 +542,25 @@ def _seconds(value: float | None) -> str:
 
 
 def render(result: FleetResult) -> str:
-    """The fleet table: two rows and the failover line; no ``|`` (see the module docstring)."""
+    """The fleet table: the route rows and the failover line; no ``|`` (see the module docstring)."""
     opts = result.options
     load = " ".join(f"{x:.2f}" for x in result.load_before)
     load_after = " ".join(f"{x:.2f}" for x in result.load_after)
     lines = [
         f"mp-manager fleet: 2 instances on one PostgreSQL {result.postgres} (behind_proxy, 127.0.0.1),"
         f" {opts.nodes_per_instance} simulated nodes connected to each ({opts.workers} worker process(es));"
-        f" {opts.commands} get_config commands per row, {opts.command_concurrency} at a time;"
+        f" get_config round trips, same and cross instance shuffled together;"
         f" {result.cpus} CPUs, load average {load} (1/5/15 min) at the start, {load_after} at the end",
         FLEET_HEADER,
     ]
-    for row in (result.same, result.cross):
+    for row in result.routes:
         lines.append(
-            f"  {row.route:<15}  {row.commands:8d}  {row.failed:4d}  {row.p50_ms:6.1f}  {row.p99_ms:6.1f}"
-            f"  {row.max_ms:6.1f}"
+            f"  {row.route:<15}  {row.concurrency:9d}  {row.commands:8d}  {row.failed:4d}  {row.p50_ms:6.1f}"
+            f"  {row.p99_ms:6.1f}  {row.max_ms:6.1f}"
         )
     cpu = ", ".join(f"{name} {pct:.0f} %" for name, pct in result.cpu_pct.items())
     rss = ", ".join(f"{name} {mib:.0f} MiB" for name, mib in result.rss_mib.items())
-    lines.append(f"  instances during the commands: CPU {cpu}; RSS {rss}")
+    lines.append(f"  CPU during the loaded rows (100 % = one core): {cpu}; instances' RSS {rss}")
     f = result.failover
     if f.all_back_s is not None:
         lines.append(
@@ -552,9 +575,9 @@ def render(result: FleetResult) -> str:
             f" {opts.failover_limit_s:.0f} s: {f.not_held} not held by the survivor in node_connections,"
             f" {f.not_online} not online in its GET /api/v1/nodes, {f.not_back} not authenticated again"
         )
-    for row in (result.same, result.cross):
+    for row in result.routes:
         for failure in row.failures:
-            lines.append(f"  {row.route} failed: {failure}")
+            lines.append(f"  {row.route} ({row.concurrency} at a time) failed: {failure}")
     return "\n".join(lines)
 
 

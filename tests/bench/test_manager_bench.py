@@ -30,7 +30,7 @@ from tests.helpers.postgres import require_postgres
 REPO = Path(__file__).resolve().parents[2]
 # Measured: ~19 s on this 2-core machine (setup + serve start ~9 s, 20 nodes, 5 commands).
 QUICK_TIMEOUT_S = 40
-# Measured: ~20 s (PostgreSQL ~1 s, setup ~8 s, both instances ~2 s, 20 nodes, 40 commands, the
+# Measured: ~20 s (PostgreSQL ~1 s, setup ~8 s, both instances ~2 s, 20 nodes, 50 commands, the
 # failover ~2 s); the scenario's own bounds (60 s of commands, 30 s of failover) fit inside.
 FLEET_TIMEOUT_S = 120
 FAILOVER_CEILING_S = 30.0
@@ -91,14 +91,15 @@ def test_quick_fleet_run_prints_both_routes_and_the_failover(tmp_path: Path) -> 
     names = columns(FLEET_HEADER)
     at = lines.index(FLEET_HEADER)
     rows = {}
-    for line in lines[at + 1 : at + 3]:
+    for line in lines[at + 1 : at + 5]:
         values = dict(zip(names, columns(line), strict=True))
-        rows[values["route"]] = values
-    assert set(rows) == {SAME_ROW, CROSS_ROW}, lines[at : at + 3]
-    for route, values in rows.items():
-        assert int(values["commands"]) >= 1, route
+        rows[values["route"], int(values["at a time"])] = values
+    # One at a time, then the quick mode's 4 at a time; each with both routes.
+    assert set(rows) == {(route, n) for route in (SAME_ROW, CROSS_ROW) for n in (1, 4)}, lines[at : at + 5]
+    for key, values in rows.items():
+        assert int(values["commands"]) >= 1, key
         for column in ("p50 ms", "p99 ms"):
-            assert math.isfinite(float(values[column])), (route, column, values)
+            assert math.isfinite(float(values[column])), (key, column, values)
     assert re.search(r"\d+ CPUs, load average [0-9.]+ [0-9.]+ [0-9.]+ \(1/5/15 min\)", lines[at - 1]), lines[at - 1]
     back = re.search(re.escape(BACK_ONLINE) + r" ([0-9.]+) s", result.stdout)
     assert back is not None, result.stdout[-3000:] + result.stderr[-3000:]
