@@ -43,7 +43,8 @@ import psycopg
 import trio
 
 from appliance import errors
-from services.manager.store import NodeStatus, Store
+from appliance.protocol import LOCKOUT_MAX_FAILURES, LOCKOUT_WINDOW_S
+from services.manager.store import AttemptKind, NodeStatus, Store
 from services.manager.store.fleet import NOTIFY_CHANNEL, FleetMessage
 
 if TYPE_CHECKING:
@@ -426,6 +427,26 @@ class Fleet:
         answer = await self._ask(holder, DISCONNECT, {"node_id": str(node_id)}, DISCONNECT_WAIT_S)
         self._remote.pop(node_id, None)
         return bool(answer and answer.get("opened"))
+
+    async def record_auth_failure(self, identifier: str) -> None:
+        """A node's failed ``auth`` on this instance, counted for every instance (interop.md 6
+        "Lockout": a guesser spread over the instances behind a load balancer gets no more tries)."""
+        try:
+            await self._store.record_attempt(AttemptKind.NODE_AUTH, identifier, succeeded=False)
+        except errors.ApplianceError as exc:
+            _log.warning("fleet: counting a failed node auth failed: %s", exc.message)
+
+    async def locked_out(self, identifier: str) -> bool:
+        """Whether the fleet counted the lockout's number of failures for ``identifier`` within
+        the last window (a sliding 60 s here; each instance also keeps interop.md 6's fixed window)."""
+        try:
+            failures = await self._store.count_recent_attempts(
+                AttemptKind.NODE_AUTH, identifier, window=timedelta(seconds=LOCKOUT_WINDOW_S), failures_only=True
+            )
+        except errors.ApplianceError as exc:
+            _log.warning("fleet: reading failed node auths failed: %s", exc.message)
+            return False
+        return failures >= LOCKOUT_MAX_FAILURES
 
     async def settings_changed(self) -> None:
         """Tells every other instance to re-read the settings."""

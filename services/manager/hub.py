@@ -481,7 +481,9 @@ class NodeHub:
     async def _on_auth_request(self, conn: _Connection, event: ManagerEvent) -> None:
         assert isinstance(event, AuthRequest)
         now = trio.current_time()
-        if self._lockout.is_locked(event.identifier, now):
+        if self._lockout.is_locked(event.identifier, now) or (
+            self.fleet is not None and await self.fleet.locked_out(event.identifier)
+        ):
             # interop.md 6 "Lockout": every attempt during the window is refused.
             await self._apply(conn, conn.session.reject(LOCKED_OUT))
             return
@@ -491,6 +493,8 @@ class NodeHub:
             step, failed = await self._login(conn, event)
         if failed:
             self._lockout.record_failure(event.identifier, trio.current_time())
+            if self.fleet is not None:
+                await self.fleet.record_auth_failure(event.identifier)
         await self._apply(conn, step)
 
     async def _register(self, conn: _Connection, event: AuthRequest) -> tuple[Step[ManagerEvent], bool]:

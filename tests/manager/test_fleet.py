@@ -30,7 +30,15 @@ from appliance.http.app import serve
 from services.manager.api.ws import register_hub
 from services.manager.app import build_app
 from services.manager.fleet import Fleet, listen_conninfo
-from services.manager.hub import CONNECTED_MESSAGE, DISCONNECTED_MESSAGE, CommandFailed, NodeHub, NodeNotConnected
+from services.manager.hub import (
+    CONNECTED_MESSAGE,
+    DISCONNECTED_MESSAGE,
+    INVALID_SECRET,
+    LOCKED_OUT,
+    CommandFailed,
+    NodeHub,
+    NodeNotConnected,
+)
 from services.manager.retention import run_retention
 from services.manager.service import ManagerService, RuntimeSettings
 from services.manager.settings import TlsMode, resolve_settings
@@ -300,6 +308,25 @@ def received(node: TestNode) -> list[str]:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_node_locked_out_on_one_instance_is_locked_out_on_the_other(
+    cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    url = cluster.create_database("fleet")
+    async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
+        a = await stack.enter_async_context(instance(nursery, tmp_path / "a", url))
+        b = await stack.enter_async_context(instance(nursery, tmp_path / "b", url))
+        node_id, secret = await registered_node(a)
+        for _ in range(5):  # interop.md 6: 5 failures within 60 s lock the node id
+            async with connect_node(a.url, a.ssl_context, secret_credentials(node_id, "wrong")) as guess:
+                await guess.wait_closed()
+                assert guess.rejected == INVALID_SECRET
+        # The real secret, on the other instance, within the window: refused all the same.
+        async with connect_node(b.url, b.ssl_context, secret_credentials(node_id, secret)) as real:
+            await real.wait_closed()
+            assert real.rejected == LOCKED_OUT
+        nursery.cancel_scope.cancel()
 
 
 async def test_retention_runs_on_one_instance_at_a_time(cluster: PostgresCluster) -> None:
