@@ -339,6 +339,8 @@ class FleetNode:
     """When it last authenticated."""
     failed_attempts: int = 0
     """Attempts since the last authenticated one that did not authenticate."""
+    failed_total: int = 0
+    """Attempts that did not authenticate, over the node's life."""
     last_failure: str = ""
     credentials: Any = None
     """The ``NodeCredentials`` in use (the token, then the node id + secret); kept in the worker."""
@@ -479,6 +481,7 @@ class NodeWorker:
                     node.online, node.lost_at = False, time.monotonic()
                 else:
                     node.failed_attempts += 1
+                    node.failed_total += 1
                     node.last_failure = reason
                     if holding:  # the first attempt failed: counted as the capacity bench does
                         self._fail(reason)

@@ -179,6 +179,13 @@ class FailoverResult:
     the survivor may still show the dead instance's last view of its nodes)."""
     nodes_view_s: float | None = None
     """Kill -> the last victim node authenticated again (the nodes' own clocks)."""
+    nodes_first_s: float | None = None
+    """Kill -> the first victim node authenticated again."""
+    nodes_p50_s: float | None = None
+    """Kill -> half the victim nodes authenticated again."""
+    failed_attempts: int = 0
+    """The victim nodes' connection attempts after the kill that did not authenticate."""
+    failure_reasons: list[str] = field(default_factory=list)
     not_back: int = 0
     not_held: int = 0
     not_online: int = 0
@@ -406,6 +413,8 @@ async def failover(
     import trio
 
     result = FailoverResult(victim=victim.name, nodes=len(victim_nodes))
+    reports = await workers.ask_all([("fleet_report",)] * len(workers.pipes), 30)
+    before = {node["node_id"]: node["failed_total"] for worker in reports for node in worker}
     killed_at = time.monotonic()
     os.kill(victim.process.pid, signal.SIGKILL)
     log(f"fleet: instance {victim.name} (pid {victim.process.pid}) SIGKILLed holding {len(victim_nodes)} nodes")
@@ -437,6 +446,10 @@ async def failover(
     ]
     result.not_back = len(victim_nodes) - len(back)
     result.nodes_view_s = max(back) if back and not result.not_back else None
+    if back:
+        result.nodes_first_s, result.nodes_p50_s = min(back), percentile(back, 0.5)
+    result.failed_attempts = sum(node["failed_total"] - before.get(node["node_id"], 0) for node in nodes)
+    result.failure_reasons = sorted({node["last_failure"] for node in nodes if node["last_failure"]})
     response = await client.get("/api/v1/nodes")
     if response.status_code == 200:
         result.survivor_online_after = sum(1 for node in response.json() if node.get("status") == "online")
@@ -566,8 +579,11 @@ def render(result: FleetResult) -> str:
         lines.append(
             f"failover: instance {f.victim} SIGKILLed holding {f.nodes} nodes: {BACK_ONLINE} {f.all_back_s:.1f} s"
             f" (its node_connections rows and GET /api/v1/nodes; rows alone {_seconds(f.rows_back_s)});"
-            f" the nodes' own view: last one authenticated again {_seconds(f.nodes_view_s)} after the kill"
-            f" (client backoff 1 s +-10 %, then the other URL); survivor lists {f.survivor_online_after} online"
+            f" the nodes' own view: authenticated again on the survivor first {_seconds(f.nodes_first_s)},"
+            f" half {_seconds(f.nodes_p50_s)}, last {_seconds(f.nodes_view_s)} after the kill"
+            f" (client backoff 1 s +-10 %, then the other URL), {f.failed_attempts} attempts failed"
+            + (f" ({'; '.join(f.failure_reasons)[:200]})" if f.failure_reasons else "")
+            + f"; survivor lists {f.survivor_online_after} online"
         )
     else:
         lines.append(
