@@ -189,6 +189,10 @@ class FailoverResult:
     not_back: int = 0
     not_held: int = 0
     not_online: int = 0
+    polls: int = 0
+    most_not_online: int = 0
+    """The most victim nodes not ``online`` in one poll of the survivor's GET /api/v1/nodes: 0
+    when its view never showed them away (it serves the dead instance's last view for a while)."""
     survivor_online_after: int = 0
 
 
@@ -426,8 +430,13 @@ async def failover(
         response = await client.get("/api/v1/nodes")
         now = time.monotonic() - killed_at
         not_held = {n for n in victim_nodes if rows.get(n, ("", False)) != (survivor.instance_id, True)}
-        online = {str(node["id"]) for node in response.json() if node.get("status") == "online"}
-        not_online = victim_nodes - online if response.status_code == 200 else set(victim_nodes)
+        if response.status_code == 200:
+            online = {str(node["id"]) for node in response.json() if node.get("status") == "online"}
+            not_online = victim_nodes - online
+        else:
+            not_online = set(victim_nodes)
+        result.polls += 1
+        result.most_not_online = max(result.most_not_online, len(not_online))
         if not not_held and result.rows_back_s is None:
             result.rows_back_s = now
         if not not_online and result.online_back_s is None:
@@ -583,7 +592,8 @@ def render(result: FleetResult) -> str:
             f" half {_seconds(f.nodes_p50_s)}, last {_seconds(f.nodes_view_s)} after the kill"
             f" (client backoff 1 s +-10 %, then the other URL), {f.failed_attempts} attempts failed"
             + (f" ({'; '.join(f.failure_reasons)[:200]})" if f.failure_reasons else "")
-            + f"; survivor lists {f.survivor_online_after} online"
+            + f"; survivor lists {f.survivor_online_after} online, and listed at most {f.most_not_online}"
+            f" of the {f.nodes} not online in {f.polls} polls"
         )
     else:
         lines.append(
