@@ -62,6 +62,7 @@ from tests.helpers.manager import (
     login,
     setup_super_admin,
     start_manager,
+    wait_listening,
 )
 from tests.helpers.postgres import PostgresCluster, running_postgres
 
@@ -460,8 +461,11 @@ def running_manager_fleet(
         managers: list[Manager] = []
         fleet = ManagerFleet(tmp_path, cluster, url, database, managers)
         try:
+            # Started together (each takes seconds to import and migrate), then waited for.
             for index in range(count):
-                managers.append(start_manager(tmp_path / f"m{index}", extra_args=manager_args(url)))
+                managers.append(start_manager(tmp_path / f"m{index}", extra_args=manager_args(url), wait=False))
+            for manager in managers:
+                wait_listening(manager)
             with contextlib.closing(fleet.admin(managers[0])) as admin:
                 answer = admin.put("/api/v1/settings", json={"settings": {"max_login_attempts": login_limit}})
                 assert answer.status_code == 200, answer.text
