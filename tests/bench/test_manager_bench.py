@@ -23,7 +23,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed
 
-from bench.manager import HEADER, build_parser, link_error, options_from
+from bench.manager import HEADER, build_parser, link_error, options_from, run_fleet_part
 from bench.manager_fleet import BACK_ONLINE, CROSS_ROW, FLEET_HEADER, SAME_ROW
 from tests.helpers.postgres import require_postgres
 
@@ -140,3 +140,17 @@ def test_link_errors_are_found_inside_exception_groups() -> None:
     assert link_error(BaseExceptionGroup("g", [closed, ValueError()]), kinds) is None
     assert link_error(ValueError(), kinds) is None
     assert link_error(BaseExceptionGroup("g", [closed, trio.TooSlowError()]), kinds) is None
+
+
+def test_without_postgres_the_default_run_skips_the_fleet_and_fleet_alone_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import bench.manager_fleet
+
+    monkeypatch.setattr(bench.manager_fleet, "postgres_available", lambda: False)
+    fleet, failed = run_fleet_part(options_from(parse(["--quick"])), tmp_path)
+    assert fleet == {"text": "mp-manager fleet: skipped: PostgreSQL is not installed (tools/ensure-debs.sh)"}
+    assert not failed
+    with pytest.raises(RuntimeError, match="needs PostgreSQL"):
+        run_fleet_part(options_from(parse(["--fleet", "--quick"])), tmp_path)
+    assert run_fleet_part(options_from(parse(["--no-fleet"])), tmp_path) == (None, False)
