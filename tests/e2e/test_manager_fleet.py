@@ -11,6 +11,8 @@ answers. What is checked:
 - an event raised on an edge is listed by the other instance, whose dashboard stream and node
   list show the edge online with its stats;
 - a session made on one instance works on the other, and a logout on either ends it on both;
+- through HAProxy: login, the REST API and the dashboard's WebSocket; a client's own
+  ``X-Forwarded-For`` does not reach the login limit (HAProxy's view of the client does);
 - failover (last: it kills an instance): SIGKILL of the instance holding two edges; the live
   one is back through HAProxy on the survivor within 30 s, nothing recorded before is lost, the
   events raised during the outage arrive; the frozen one (SIGSTOP) is marked offline by the
@@ -41,7 +43,7 @@ from tests.helpers.fleet import (
     session_of,
     wait_until,
 )
-from tests.helpers.manager import Manager, start_manager
+from tests.helpers.manager import ADMIN_PASSWORD, ADMIN_USER, Manager, start_manager
 from tests.helpers.postgres import require_postgres
 
 pytestmark = pytest.mark.e2e
@@ -226,6 +228,31 @@ def test_a_session_made_on_one_instance_works_on_the_other_until_logout(fleet: F
             for headers in (cookie, bearer):
                 answer = client.get("/api/v1/nodes", headers=headers)
                 assert answer.status_code == 401, (manager.port, answer.status_code, answer.text)
+
+
+def test_through_haproxy_rest_and_the_dashboard_stream_work_and_the_client_ip_is_haproxys(fleet: Fleet) -> None:
+    lb = fleet.fleet.lb
+    assert lb is not None
+    spoofed = "203.0.113.9"
+    before = fleet.fleet.query("SELECT coalesce(max(id), 0) FROM login_attempts")[0][0]
+    with httpx.Client(base_url=lb.url, timeout=20) as client:
+        # A client's own X-Forwarded-For is dropped: the login limit counts the address HAProxy saw.
+        answer = client.post(
+            "/api/v1/auth/login",
+            json={"username": ADMIN_USER, "password": ADMIN_PASSWORD},
+            headers={"X-Forwarded-For": spoofed},
+        )
+        assert answer.status_code == 200, answer.text
+        session = client.cookies.get("session")
+        assert session
+        listed = client.get("/api/v1/nodes")
+        assert listed.status_code == 200, listed.text
+        assert {n["id"] for n in listed.json()} >= {e.node_id for e in fleet.edges}
+    recorded = fleet.fleet.query("SELECT identifier FROM login_attempts WHERE kind = 'login' AND id > %s", int(before))
+    assert recorded == [("127.0.0.1",)], recorded
+    # The dashboard's WebSocket upgrades through HAProxy and shows every edge, wherever it is held.
+    update = dashboard_update(lb, session, lambda m: all(live_with_stats(m, e.node_id) for e in fleet.edges))
+    assert update["payload"]["online_count"] >= len(fleet.edges)
 
 
 def test_a_second_sqlite_instance_refuses_to_start(tmp_path: Path) -> None:

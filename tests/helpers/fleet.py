@@ -497,19 +497,21 @@ def _stop_all(fleet: ManagerFleet) -> None:
 
 
 def dashboard_update(
-    manager: Manager,
+    manager: Manager | HaProxy,
     session: str,
     predicate: Callable[[dict[str, Any]], bool],
     timeout: float = 15.0,
 ) -> dict[str, Any]:
     """The first ``dashboard_update`` on ``manager``'s ``/ws/dashboard`` (plain ``ws://``,
-    ``behind_proxy``) for which ``predicate`` holds; the ``session`` cookie authenticates.
+    ``behind_proxy``; or HAProxy's plain listener) for which ``predicate`` holds; the
+    ``session`` cookie authenticates.
     AssertionError with the last message seen after ``timeout`` seconds."""
     seen: list[dict[str, Any]] = []
+    port = manager.http_port if isinstance(manager, HaProxy) else manager.port
 
     async def read() -> dict[str, Any]:
         async with open_websocket_url(
-            f"ws://127.0.0.1:{manager.port}/ws/dashboard",
+            f"ws://127.0.0.1:{port}/ws/dashboard",
             extra_headers=[(b"Cookie", f"session={session}".encode())],
             max_message_size=16 * 1024 * 1024,
             connect_timeout=5,
