@@ -13,6 +13,8 @@ answers. What is checked:
 - a session made on one instance works on the other, and a logout on either ends it on both;
 - through HAProxy: login, the REST API and the dashboard's WebSocket; a client's own
   ``X-Forwarded-For`` does not reach the login limit (HAProxy's view of the client does);
+- a rolling restart: SIGTERM of the instance holding an edge moves it at once, and the instance
+  started again rejoins;
 - failover (last: it kills an instance): SIGKILL of the instance holding two edges; the live
   one is back through HAProxy on the survivor within 30 s, nothing recorded before is lost, the
   events raised during the outage arrive; the frozen one (SIGSTOP) is marked offline by the
@@ -37,6 +39,7 @@ from tests.helpers.fleet import (
     FleetEdge,
     ManagerFleet,
     dashboard_update,
+    manager_args,
     node_in,
     rtp_flow,
     running_manager_fleet,
@@ -273,19 +276,58 @@ def test_a_second_sqlite_instance_refuses_to_start(tmp_path: Path) -> None:
         first.stop()
 
 
+def test_a_rolling_restart_moves_the_nodes_and_the_instance_rejoins(fleet: Fleet) -> None:
+    """SIGTERM the instance holding an edge: the edge moves to the other through HAProxy at once
+    (no 10 s lease to wait for); the instance, started again on its port, rejoins the fleet."""
+    managers = fleet.fleet
+    lb = managers.lb
+    assert lb is not None
+    moving = fleet.edges[0]
+    stopping = managers.wait_holder(moving.node_id)
+    index = managers.index(stopping)
+    staying = managers.other(stopping)
+    admin = fleet.admin(staying)
+    newest = max((e["id"] for e in events(admin, moving.node_id)), default=0)
+
+    stopped_at = time.monotonic()
+    assert stopping.stop() == 0, stopping.run_log()[-3000:]
+    wait_until(lambda: managers.holder(moving.node_id) is staying, 20, f"{moving.name} on the other instance")
+    wait_until(lambda: moving.link()["state"] == "connected", 20, f"{moving.name}'s link connected")
+    print(f"{moving.name} moved {time.monotonic() - stopped_at:.1f} s after SIGTERM of its instance")
+    wait_until(lambda: is_live(admin, moving.node_id), 15, f"{moving.name} live on the other instance")
+    # The hand-over shows in the events: disconnected (the clean stop), then connected again.
+    connection = [
+        e["message"] for e in events(admin, moving.node_id) if e["id"] > newest and e["category"] == "connection"
+    ]
+    assert connection[-1:] == ["Node connected to manager"], connection
+
+    restarted = start_manager(stopping.data_dir, extra_args=manager_args(managers.database_url), port=stopping.port)
+    managers.managers[index] = restarted
+    fleet.admins[index].close()
+    fleet.admins[index] = managers.admin(restarted)
+    wait_until(lambda: lb.server_states().get(f"m{index}") == "UP", 15, f"HAProxy sees m{index} UP again")
+    # The new instance commands the node the other holds, and lists it live.
+    assert is_live(fleet.admins[index], moving.node_id)
+    answer = command(fleet.admins[index], moving.node_id, {"type": "get_config"})
+    assert answer.status_code == 200, answer.text
+
+
 def test_failover_when_the_instance_holding_edges_is_killed(fleet: Fleet) -> None:
     """Last in the module: it leaves one instance.
 
-    A third edge joins, and the victim is the instance holding it and one of the first two.
-    That third edge is frozen (SIGSTOP) before the kill, so it cannot reconnect: the dead
-    instance's lease on it must lapse and a survivor must mark it offline. The other edge the
-    victim held reconnects through HAProxy on its own."""
+    Two more edges join; the victim is the instance holding the first of them, which is frozen
+    (SIGSTOP) before the kill, so it cannot reconnect: the dead instance's lease on it must
+    lapse and a survivor must mark it offline. A live edge the victim held reconnects through
+    HAProxy on its own. (``leastconn`` leaves the victim at least one live edge, whichever
+    instance the earlier tests left the edges on.)"""
     managers = fleet.fleet
-    (frozen,) = managers.add_edges([("ob-truck-3", [rtp_flow("cam1")])])
+    frozen, joined = managers.add_edges(
+        [("ob-truck-3", [rtp_flow("cam1")]), ("ob-truck-4", [rtp_flow("cam1", enabled=True), rtp_flow("cam2")])]
+    )
     victim = managers.wait_holder(frozen.node_id)
     survivor = managers.other(victim)
-    target = next(e for e in fleet.edges if managers.holder(e.node_id) is victim)
-    staying = next(e for e in fleet.edges if e is not target)
+    live = [*fleet.edges, joined]
+    target = next(e for e in live if managers.holder(e.node_id) is victim)
     admin = fleet.admin(survivor)
 
     # Before the kill: one command through each instance, both 200, their events listed.
@@ -295,7 +337,7 @@ def test_failover_when_the_instance_holding_edges_is_killed(fleet: Fleet) -> Non
     assert routed.status_code == 200, routed.text
     wait_until(lambda: has_event(admin, target.node_id, "flow stopped", "cam1", before), 15, "cam1 stopped listed")
     wait_until(lambda: has_event(admin, target.node_id, "flow started", "cam2", before), 15, "cam2 started listed")
-    recorded = {e.node_id: {row["id"] for row in events(admin, e.node_id)} for e in (target, staying, frozen)}
+    recorded = {e.node_id: {row["id"] for row in events(admin, e.node_id)} for e in (*live, frozen)}
 
     frozen.edge.process.send_signal(signal.SIGSTOP)
     try:
@@ -340,7 +382,7 @@ def test_failover_when_the_instance_holding_edges_is_killed(fleet: Fleet) -> Non
         victim_id = managers.instance_id(victim)
         assert not managers.query("SELECT 1 FROM node_connections WHERE instance_id = %s", victim_id)
         # …and the nodes that came back are not marked offline by that sweep.
-        for fleet_edge in (target, staying):
+        for fleet_edge in live:
             assert is_live(admin, fleet_edge.node_id), (fleet_edge.name, node_status(admin, fleet_edge.node_id))
             assert managers.holder(fleet_edge.node_id) is survivor
     finally:
