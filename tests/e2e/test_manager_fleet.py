@@ -65,6 +65,11 @@ class Fleet:
         return self.admins[self.fleet.index(manager)]
 
 
+def edge_flows() -> list[dict[str, Any]]:
+    """cam1 running, cam2 stopped; new UDP ports on each call (one call per edge)."""
+    return [rtp_flow("cam1", enabled=True), rtp_flow("cam2")]
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     require_postgres()
@@ -72,11 +77,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     with running_manager_fleet(tmp_path) as managers:
         admins = {index: managers.admin(m) for index, m in enumerate(managers.managers)}
         try:
-            # leastconn sends the second edge to the instance the first did not take.
-            edges = managers.add_edges(
-                [(name, [rtp_flow("cam1", enabled=True), rtp_flow("cam2")]) for name in ("ob-truck-1", "ob-truck-2")]
-            )
-            session, _ = session_of(managers.managers[0])
+            try:
+                # leastconn sends the second edge to the instance the first did not take.
+                edges = managers.add_edges([(name, edge_flows()) for name in ("ob-truck-1", "ob-truck-2")])
+                session, _ = session_of(managers.managers[0])
+            except BaseException:
+                print(managers.diagnostics())
+                raise
             yield Fleet(managers, admins, session, edges)
         finally:
             for client in admins.values():
@@ -88,8 +95,9 @@ def _logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
     """A failing test prints every process's log (pytest shows it under "teardown")."""
     failed_before = request.session.testsfailed
     yield
-    if request.session.testsfailed > failed_before and "fleet" in request.fixturenames:
-        print(request.getfixturevalue("fleet").fleet.diagnostics())
+    running = getattr(request.node, "funcargs", {}).get("fleet")  # only when it was set up
+    if request.session.testsfailed > failed_before and isinstance(running, Fleet):
+        print(running.fleet.diagnostics())
 
 
 def command(admin: httpx.Client, node_id: str, action: dict[str, Any]) -> httpx.Response:
@@ -321,9 +329,7 @@ def test_failover_when_the_instance_holding_edges_is_killed(fleet: Fleet) -> Non
     HAProxy on its own. (``leastconn`` leaves the victim at least one live edge, whichever
     instance the earlier tests left the edges on.)"""
     managers = fleet.fleet
-    frozen, joined = managers.add_edges(
-        [("ob-truck-3", [rtp_flow("cam1")]), ("ob-truck-4", [rtp_flow("cam1", enabled=True), rtp_flow("cam2")])]
-    )
+    frozen, joined = managers.add_edges([("ob-truck-3", [rtp_flow("cam1")]), ("ob-truck-4", edge_flows())])
     victim = managers.wait_holder(frozen.node_id)
     survivor = managers.other(victim)
     live = [*fleet.edges, joined]
