@@ -385,6 +385,9 @@ def test_failover_when_the_instance_holding_edges_is_killed(fleet: Fleet) -> Non
             survivor, fleet.session, lambda m: (node_in(m, frozen.node_id) or {}).get("status") == "offline"
         )
         assert (node_in(update, frozen.node_id) or {}).get("stats") is None
+        # No instance holds it now: a command is refused at once, as for any node not connected.
+        refused = command(admin, frozen.node_id, {"type": "get_config"})
+        assert refused.status_code == 502, refused.text
         victim_id = managers.instance_id(victim)
         assert not managers.query("SELECT 1 FROM node_connections WHERE instance_id = %s", victim_id)
         # …and the nodes that came back are not marked offline by that sweep.
