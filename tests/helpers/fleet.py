@@ -2,12 +2,12 @@
 
 Usage (sync, like ``tests/helpers/manager.py``; the caller checks ``require_postgres()`` first)::
 
-    with running_manager_fleet(tmp_path) as fleet:          # PostgreSQL, 2 managers, HAProxy
-        node_id, edge = fleet.add_edge("ob-truck-3", flows=[rtp_flow("cam1")])
-        holder = fleet.wait_holder(node_id)                  # the instance holding its socket
+    with running_manager_fleet(tmp_path) as fleet:            # PostgreSQL, 2 managers, HAProxy
+        (truck,) = fleet.add_edges([("ob-truck-3", [rtp_flow("cam1")])])   # through HAProxy
+        holder = fleet.wait_holder(truck.node_id)              # the instance holding its socket
         other = fleet.other(holder)
         with contextlib.closing(fleet.admin(other)) as admin:  # signed in, direct to it
-            admin.post(f"/api/v1/nodes/{node_id}/command", json={"action": ...})
+            admin.post(f"/api/v1/nodes/{truck.node_id}/command", json={"action": ...})
 
 What runs, each its own process on 127.0.0.1:
 
@@ -23,8 +23,8 @@ What runs, each its own process on 127.0.0.1:
   certificate's fingerprint, exactly as they pin a manager's own in ``direct`` mode.
 
 ``leastconn`` rather than ``roundrobin``: a node's socket lives for hours, so the count of open
-connections is what should be even, and it makes placement deterministic here: the second edge
-registered lands on the instance the first did not take.
+connections is what should be even, and it makes placement deterministic here: of two edges
+started together on an empty fleet, each lands on its own instance.
 
 Which instance holds a node is read where the fleet itself records it: ``node_connections``
 (the row of a live lease) joined to the instance, ``manager_instances.name`` being ``host:pid``
