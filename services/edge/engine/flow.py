@@ -50,6 +50,7 @@ from services.edge.core.fec import FecDecoder
 from services.edge.core.merge2022_7 import HitlessMerger, LegLost, LegRestored
 from services.edge.core.rtp import RtpHeader, parse_rtp
 from services.edge.core.seq import SequenceTracker
+from services.edge.engine.drain import DrainTick
 from services.edge.engine.kinds import InputDriver, OutputDriver, open_input, open_output
 from services.edge.engine.udp import TS_PACKET, FlowStartError
 
@@ -119,7 +120,10 @@ class InputFilters:
 class FlowRuntime:
     """A started flow in this worker. ``run`` opens the input and outputs, reports started, then pumps."""
 
-    def __init__(self, config: FlowConfig, on_failed: Callable[[str, str], None]) -> None:
+    def __init__(
+        self, config: FlowConfig, on_failed: Callable[[str, str], None], drain_tick: DrainTick | None = None
+    ) -> None:
+        """``drain_tick``: the worker's (one for all its flows); None: the flow runs its own."""
         self.config = config
         self.flow_id = config.id
         self.scope = trio.CancelScope()
@@ -145,6 +149,8 @@ class FlowRuntime:
         self._analysis_errors_seen = 0
         self._on_failed = on_failed
         self._nursery: trio.Nursery | None = None
+        self._own_tick = drain_tick is None
+        self.drain_tick = drain_tick if drain_tick is not None else DrainTick()
         self._setup_protection()
         self.input: InputDriver = open_input(config.input, self)
         # Kernel receive times are CLOCK_REALTIME; the analysers want one monotonic clock.
@@ -188,6 +194,8 @@ class FlowRuntime:
                     self.outputs.append(open_output(output_config, self))
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
+                    if self._own_tick:
+                        nursery.start_soon(self.drain_tick.run)
                     for driver in self.outputs:
                         await nursery.start(driver.serve)
                     await nursery.start(self.input.serve)

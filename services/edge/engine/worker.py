@@ -23,6 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from appliance.models.config import FlowConfig, OutputConfig
 from services.edge.core.watch import FlowWatch
+from services.edge.engine.drain import DrainTick
 from services.edge.engine.flow import FlowRuntime
 from services.edge.engine.ipc import STATS_INTERVAL_S, MessageStream, serve_commands
 from services.edge.engine.kinds import webrtc as webrtc_kinds
@@ -40,6 +41,8 @@ class Worker:
         self.link = link
         self.nursery = nursery
         self.flows: dict[str, FlowRuntime] = {}
+        self.drain_tick = DrainTick()
+        """One drain of every plain UDP input per tick, for all this worker's flows (issue 23)."""
         self._failures: list[dict[str, Any]] = []
         self._watches: dict[str, FlowWatch] = {}  # flow id -> its event rules (new per start)
         self._orphan_events: list[dict[str, Any]] = []  # events of flows that ended since the last report
@@ -65,7 +68,7 @@ class Worker:
         rtmp_tls.configure(message.get("rtmp_tls"))  # the RTMPS certificate files, when named
         if config.id in self.flows:
             raise FlowStartError(f"flow {config.id!r} is already running")
-        runtime = FlowRuntime(config, self._flow_failed)
+        runtime = FlowRuntime(config, self._flow_failed, self.drain_tick)
         self._watches.pop(config.id, None)
         await self.nursery.start(self._run_flow, runtime)
 
@@ -215,6 +218,7 @@ async def _main(fd: int) -> None:
         worker = Worker(link, nursery)
         _quiet_garbage_collector()
         await link.send({"op": "ready"})  # imports done: commands can be answered now
+        nursery.start_soon(worker.drain_tick.run)
         nursery.start_soon(worker.report)
         try:
             await worker.serve()

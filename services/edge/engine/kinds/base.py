@@ -16,6 +16,7 @@ from appliance.models.events import Event
 from appliance.models.stats import OutputCounters
 from appliance.netio import BatchReceiver
 from services.edge.core.rtp import RtpHeader
+from services.edge.engine.drain import DrainTick
 
 
 class FlowPort(Protocol):
@@ -24,6 +25,8 @@ class FlowPort(Protocol):
     flow_id: str
     ssrc: int
     realtime_offset: float
+    drain_tick: DrainTick
+    """The worker's drain tick: plain UDP inputs drain their sockets on it."""
 
     def admit_rtp(self, view: memoryview, source: tuple[str, int] | None, arrival: float) -> RtpHeader | None: ...
 

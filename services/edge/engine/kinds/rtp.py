@@ -34,27 +34,30 @@ async def drain(
     in_place: Callable[[BatchReceiver, int], bool],
     per_packet: Callable[[BatchReceiver, int], None],
 ) -> None:
-    """Drain one socket per wakeup in bounded batches (recvmmsg with kernel timestamps, the
-    arrivals on the flow's monotonic clock): ``in_place`` takes a steady batch in the receive
-    slots, ``per_packet`` anything else, then the flow ends the batch (outputs sent, analysed)."""
+    """Drain one socket on the worker's drain tick (``services.edge.engine.drain``) in bounded
+    batches (recvmmsg with kernel timestamps, the arrivals on the flow's monotonic clock):
+    ``in_place`` takes a steady batch in the receive slots, ``per_packet`` anything else, then
+    the flow ends the batch (outputs sent, analysed). Returns only by cancellation; raises what
+    a batch raised."""
     receiver = BatchReceiver(
         sock, batch=RECV_BATCH, slot_size=SLOT_BYTES, timestamps=True, clock_offset=flow.realtime_offset
     )
     end_batch = flow.end_batch
-    while True:
-        await trio.lowlevel.wait_readable(sock)
-        while True:
+
+    def take() -> None:
+        # Until the socket is empty, at most MAX_BATCHES_PER_TICK batches: one busy flow cannot
+        # hold the tick (the epoll is level-triggered: the rest is taken on the next one).
+        for _ in range(MAX_BATCHES_PER_TICK):
             count = receiver.recv_batch()
             if count == 0:
-                break
+                return
             if not (receiver.slotted and in_place(receiver, count)):
                 per_packet(receiver, count)
             end_batch()
-            if count == RECV_BATCH:
-                await trio.lowlevel.checkpoint()  # a full batch: let other flows run
-            # Otherwise read again before going back to epoll: datagrams that arrived while
-            # this batch was handled are taken now (one recvmmsg answering EAGAIN costs less
-            # than a round through the scheduler).
+            if count < RECV_BATCH:
+                return  # the socket had less than a batch: it is empty now, skip the EAGAIN call
+
+    await flow.drain_tick.serve(sock, take)
 
 
 class RtpInputDriver:
