@@ -41,6 +41,7 @@ from tests.helpers.fleet import (
     dashboard_update,
     manager_args,
     node_in,
+    require_haproxy,
     rtp_flow,
     running_manager_fleet,
     session_of,
@@ -73,6 +74,7 @@ def edge_flows() -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     require_postgres()
+    require_haproxy()
     tmp_path = tmp_path_factory.mktemp("fleet")
     with running_manager_fleet(tmp_path) as managers:
         admins = {index: managers.admin(m) for index, m in enumerate(managers.managers)}

@@ -1,6 +1,7 @@
 """Several ``mp-manager`` instances on one PostgreSQL behind a real HAProxy, with real edges (issue 22).
 
-Usage (sync, like ``tests/helpers/manager.py``; the caller checks ``require_postgres()`` first)::
+Usage (sync, like ``tests/helpers/manager.py``; the caller checks ``require_postgres()`` and
+``require_haproxy()`` first)::
 
     with running_manager_fleet(tmp_path) as fleet:            # PostgreSQL, 2 managers, HAProxy
         (truck,) = fleet.add_edges([("ob-truck-3", [rtp_flow("cam1")])])   # through HAProxy
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import signal
 import socket
@@ -50,6 +52,7 @@ from typing import Any, TypeVar
 
 import httpx
 import psycopg
+import pytest
 import trio
 from trio_websocket import open_websocket_url
 
@@ -98,6 +101,15 @@ def wait_until(predicate: Callable[[], T | None], timeout: float, what: str, int
 
 
 # --- HAProxy -------------------------------------------------------------------------------
+
+
+def require_haproxy() -> Path:
+    """The HAProxy binary; skips when missing, but fails in CI, where a skip is a silent pass."""
+    if not HAPROXY_BIN.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"HAProxy is missing in CI (no {HAPROXY_BIN}; tools/ensure-debs.sh)")
+        pytest.skip(f"HAProxy is not installed (no {HAPROXY_BIN})")
+    return HAPROXY_BIN
 
 
 def haproxy_config(
