@@ -301,6 +301,10 @@ def test_behind_proxy_limits_per_forwarded_ip_and_drops_secure(tmp_path: Path) -
         assert c.post("/api/v1/auth/login", json=again, headers={"X-Forwarded-For": "198.51.100.7"}).status_code == 429
         other = c.post("/api/v1/auth/login", json=again, headers={"X-Forwarded-For": "10.0.0.1, 198.51.100.8"})
         assert other.status_code == 200
+        # HAProxy's ``option forwardfor`` appends a second header *line* after the client's own:
+        # the limit follows the proxy's line (198.51.100.7, now limited), not a forged first one.
+        forged = [("X-Forwarded-For", "203.0.113.9"), ("X-Forwarded-For", "198.51.100.7")]
+        assert c.post("/api/v1/auth/login", json=again, headers=forged).status_code == 429
 
 
 def test_session_lifetime_hours_sets_exp_and_max_age(tmp_path: Path) -> None:

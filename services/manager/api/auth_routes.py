@@ -68,7 +68,11 @@ def client_ip() -> str:
     """
     peer = request.remote_addr or "unknown"
     if service().tls_mode is TlsMode.BEHIND_PROXY:
-        forwarded = request.headers.get("X-Forwarded-For", "")
+        # Every header line, in order (RFC 9110 §5.3: repeated lines are one comma list). A proxy
+        # such as HAProxy (``option forwardfor``) appends its own *line* after any the client
+        # sent; ``headers.get`` returned only the first line, the client's, so a client could
+        # pick its own "IP" and get round the login limit (found by the fleet e2e).
+        forwarded = ",".join(request.headers.getlist("X-Forwarded-For"))
         last = forwarded.rsplit(",", 1)[-1].strip()
         if last:
             return last[:64]

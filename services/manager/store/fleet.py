@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Final
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -98,11 +99,21 @@ def release_node(conn: sa.Connection, node_id: UUID, instance_id: UUID) -> bool:
     return result.rowcount > 0
 
 
+HOLDER_SILENT: Final = timedelta(seconds=3)
+"""An instance whose heartbeat (every second) is this old is taken for dead when routing: a
+command to its nodes fails at once (502) instead of waiting out the reply timeout (504), while
+the lease (10 s) still keeps a survivor from marking them offline too early."""
+
+
 def holder_of(conn: sa.Connection, node_id: UUID, now: datetime) -> UUID | None:
-    """The instance holding the node's socket under a live lease, or None."""
+    """The instance holding the node's socket under a live lease and beating, or None."""
     return conn.execute(
-        sa.select(node_connections.c.instance_id).where(
-            node_connections.c.node_id == node_id, node_connections.c.expires_at > now
+        sa.select(node_connections.c.instance_id)
+        .join(manager_instances, manager_instances.c.id == node_connections.c.instance_id)
+        .where(
+            node_connections.c.node_id == node_id,
+            node_connections.c.expires_at > now,
+            manager_instances.c.heartbeat_at > now - HOLDER_SILENT,
         )
     ).scalar_one_or_none()
 
