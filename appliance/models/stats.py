@@ -323,6 +323,9 @@ class FlowStats(_Stats):
     media_analysis: MediaAnalysis | None = None
     iat: IatStats | None = None
     pdv_jitter_us: float | None = None
+    worker: int | None = None
+    """The engine worker running the flow (an extension, issue 23: the placement is by load);
+    None while the flow is not running."""
 
 
 class SystemStats(_Stats):

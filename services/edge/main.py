@@ -38,7 +38,7 @@ def build_app(service: EdgeService) -> QuartTrio:
 
     app = create_app("mediaplane-edge")
     app.config["EDGE_SERVICE"] = service
-    app.config["EDGE_METRICS"] = EdgeMetrics(service.snapshot)
+    app.config["EDGE_METRICS"] = EdgeMetrics(service.snapshot, service.engine.worker_loads)
     app.register_blueprint(bp)
     app.register_blueprint(node_api.bp)  # /x-nmos/node/v1.3/ (interop.md 5)
     app.register_blueprint(connection_api.bp)  # /x-nmos/connection/v1.1/

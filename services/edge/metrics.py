@@ -12,7 +12,7 @@ tunnel worker's counters for every tunnel that is not ``Stopped``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
@@ -58,11 +58,15 @@ def _tr101290_help(field: str) -> str:
     return f"TR 101 290 {field}"
 
 
+WorkerLoads = Callable[[], list[dict[str, Any]]]
+
+
 class EdgeCollector(Collector):
     """Builds every ``mediaplane_edge_*`` family from a fresh snapshot at scrape time."""
 
-    def __init__(self, snapshot: Callable[[], StatsSnapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], StatsSnapshot], workers: WorkerLoads | None = None) -> None:
         self._snapshot = snapshot
+        self._workers = workers
 
     def collect(self) -> Iterable[Metric]:
         snap = self._snapshot()
@@ -216,6 +220,8 @@ class EdgeCollector(Collector):
         yield video_info
         yield audio_info
         yield from _tunnel_families(snap)
+        if self._workers is not None:
+            yield from _worker_families(self._workers())
 
 
 # (counter field of TunnelCounters, metric name after ``tunnel_``, help)
@@ -261,12 +267,34 @@ def _tunnel_families(snap: StatsSnapshot) -> Iterable[Metric]:
         yield metric
 
 
+def _worker_families(loads: list[dict[str, Any]]) -> Iterable[Metric]:
+    """Each engine worker's load as its last report gave it (issue 23: flows are placed by it)."""
+    label = ["worker"]
+    cpu = GaugeMetricFamily(
+        P + "engine_worker_cpu_ratio",
+        "CPU of the engine worker over its last report, a share of one core",
+        labels=label,
+    )
+    pps = GaugeMetricFamily(
+        P + "engine_worker_input_packets_per_second", "Input datagrams a second on the engine worker", labels=label
+    )
+    flows = GaugeMetricFamily(P + "engine_worker_flows", "Flows running on the engine worker", labels=label)
+    for load in loads:
+        worker = [str(load["index"])]
+        cpu.add_metric(worker, float(load["cpu"]))
+        pps.add_metric(worker, float(load["pps"]))
+        flows.add_metric(worker, float(load["flows"]))
+    yield cpu
+    yield pps
+    yield flows
+
+
 class EdgeMetrics:
     """A registry of its own (not the process-global one) holding the edge collector."""
 
-    def __init__(self, snapshot: Callable[[], StatsSnapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], StatsSnapshot], workers: WorkerLoads | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(EdgeCollector(snapshot))
+        self.registry.register(EdgeCollector(snapshot, workers))
 
     def render(self) -> bytes:
         """The text exposition format 0.0.4."""

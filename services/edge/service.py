@@ -160,6 +160,7 @@ class EdgeService:
             worker_realtime=worker_realtime,
             webrtc_socket=self.webrtc.socket_path,
         )
+        self.stats.worker_of = self.engine.worker_index_of
         # tunnel_runner: "module:attribute" of the runner factory the tunnel worker loads
         # (None: services.edge.tunnels.runner:TunnelRunner; tests give a fake).
         # RTMPS inputs serve server.tls's pair, else one generated beside the config at first use.

@@ -10,6 +10,7 @@ Sans-IO apart from nothing: the caller passes ``now`` (monotonic seconds).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -61,6 +62,8 @@ class StatsAggregator:
     """Keeps the running flows' counters and builds snapshots; the states come from the lifecycle."""
 
     def __init__(self, version: str, started_at: float, lifecycle: FlowLifecycle) -> None:
+        self.worker_of: Callable[[str], int | None] = lambda flow_id: None
+        """The engine worker of a running flow (the service sets the engine's)."""
         self.version = version
         self.started_at = started_at
         self.lifecycle = lifecycle
@@ -139,6 +142,7 @@ class StatsAggregator:
                     OutputStats(output_id=o.id, output_name=o.name, output_type=output_type_label(o.type), state="idle")
                     for o in flow.outputs
                 ],
+                worker=self.worker_of(flow.id) if running else None,
             )
         history = entry.history
         inp = counters.input
@@ -197,6 +201,7 @@ class StatsAggregator:
             media_analysis=_media(flow, media, inp) if media is not None else None,
             iat=analysis.iat,
             pdv_jitter_us=analysis.pdv_jitter_us,
+            worker=self.worker_of(flow.id),
         )
 
 

@@ -328,10 +328,13 @@ async def manager_link() -> Response:
 @bp.get("/api/v1/system/diagnostics")
 @guarded("any")
 async def diagnostics() -> Response:
-    """The appliance tuning as the kernel reports it (sysctl values, NIC settings); bare body."""
+    """The appliance tuning as the kernel reports it (sysctl values, NIC settings) and the engine
+    workers' load (``engine.workers``: index, pid, alive, flows, pps, cpu, tick_ms); bare body."""
     from services.edge import diagnostics as diag
 
-    return json_response(await trio.to_thread.run_sync(diag.collect))
+    report = await trio.to_thread.run_sync(diag.collect)
+    report["engine"] = {"workers": edge().engine.worker_loads()}
+    return json_response(report)
 
 
 # --------------------------------------------------------------------------- events (an extension)

@@ -81,6 +81,15 @@ class _Worker:
     index: int
     proc: WorkerProcess
     flows: set[str] = field(default_factory=set)
+    load: dict[str, Any] | None = None
+    """The worker's last ``load`` report (cpu, pps, tick_ms, flows), None before the first."""
+    placed: dict[str, float] = field(default_factory=dict)
+    """Flows placed here since its last report, with the packets/s each is expected to bring."""
+
+    def expected_pps(self) -> float:
+        """Measured packets/s plus what the flows placed since the last report are expected to add."""
+        measured = float(self.load.get("pps", 0.0)) if self.load else 0.0
+        return measured + sum(self.placed.values())
 
     @property
     def alive(self) -> bool:
@@ -189,7 +198,14 @@ class Engine:
     def _on_message(self, worker: _Worker, message: dict[str, Any]) -> None:
         op = message.get("op")
         if op == "stats":
-            self._on_stats(self._typed_reports(message.get("flows")))
+            flows = message.get("flows")
+            load = message.get("load")
+            if isinstance(load, dict):
+                worker.load = load
+                reported = set(flows) if isinstance(flows, dict) else set()
+                # A placed flow the worker reports on is measured from now on.
+                worker.placed = {f: pps for f, pps in worker.placed.items() if f not in reported}
+            self._on_stats(self._typed_reports(flows))
         elif op == "events":
             deliver_events(message.get("events"), self._on_event, lambda exc: self._reject("event", exc))
         elif op == "flow_failed":
@@ -227,10 +243,46 @@ class Engine:
             raise EngineError(str(reply.get("error") or "engine failed"))
 
     def _least_loaded(self) -> _Worker:
+        """The worker with the fewest packets a second (measured, plus the flows placed on it
+        since its last report); the flow count breaks ties. Issue 23: flows differ by orders of
+        magnitude (a 2 Mbit/s contribution feed beside a 1 Gbit/s one), so a count places badly."""
         alive = [w for w in self._workers if w is not None and w.alive]
         if not alive:
             raise EngineError("no engine worker is running")
-        return min(alive, key=lambda w: len(w.flows))
+        return min(alive, key=lambda w: (w.expected_pps(), len(w.flows), w.index))
+
+    def _new_flow_estimate(self) -> float:
+        """What a flow not yet measured is expected to bring: the mean of the measured flows
+        (a burst of creations then spreads instead of piling on the worker measured idle)."""
+        pps, flows = 0.0, 0
+        for worker in self._workers:
+            if worker is not None and worker.alive and worker.load:
+                pps += float(worker.load.get("pps", 0.0))
+                flows += int(worker.load.get("flows", 0))
+        return pps / flows if flows and pps > 0 else 1.0
+
+    def worker_loads(self) -> list[dict[str, Any]]:
+        """Each worker's last load report (``GET /api/v1/system/diagnostics``, the metrics)."""
+        loads: list[dict[str, Any]] = []
+        for index, worker in enumerate(self._workers):
+            alive = worker is not None and worker.alive
+            report = (worker.load or {}) if worker is not None else {}
+            loads.append(
+                {
+                    "index": index,
+                    "pid": worker.proc.process.pid if worker is not None and alive else None,
+                    "alive": alive,
+                    "flows": len(worker.flows) if worker is not None else 0,
+                    "pps": float(report.get("pps", 0.0)),
+                    "cpu": float(report.get("cpu", 0.0)),
+                    "tick_ms": report.get("tick_ms"),
+                }
+            )
+        return loads
+
+    def worker_index_of(self, flow_id: str) -> int | None:
+        """The worker a running flow is on (its stats show it)."""
+        return self._flow_worker.get(flow_id)
 
     def _worker_for(self, flow: FlowConfig) -> _Worker:
         """The worker of a running flow whose listener ``flow`` shares, else the least loaded."""
@@ -260,6 +312,7 @@ class Engine:
         shares, see ``shared_listener``); returns once its input is bound."""
         worker = self._worker_for(flow)
         worker.flows.add(flow.id)
+        worker.placed[flow.id] = self._new_flow_estimate()
         self._flow_worker[flow.id] = worker.index
         key = shared_listener(flow)
         if key is not None:
@@ -271,6 +324,7 @@ class Engine:
             await self._request(worker, message)
         except BaseException:
             worker.flows.discard(flow.id)
+            worker.placed.pop(flow.id, None)
             self._flow_worker.pop(flow.id, None)
             self._flow_listener.pop(flow.id, None)
             # Without an answer (timeout, cancellation) the worker may still start it: tell it

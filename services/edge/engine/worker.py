@@ -42,6 +42,7 @@ class Worker:
         self.nursery = nursery
         self.flows: dict[str, FlowRuntime] = {}
         self.drain_tick = DrainTick()
+        self._last_load = (time.monotonic(), time.process_time(), 0)
         """One drain of every plain UDP input per tick, for all this worker's flows (issue 23)."""
         self._failures: list[dict[str, Any]] = []
         self._watches: dict[str, FlowWatch] = {}  # flow id -> its event rules (new per start)
@@ -109,8 +110,22 @@ class Worker:
     def _flow_failed(self, flow_id: str, error: str) -> None:
         self._failures.append({"op": "flow_failed", "flow_id": flow_id, "error": error})
 
+    def load(self, now: float, cpu: float, packets: int) -> dict[str, Any]:
+        """This worker's load since the last report: its CPU (a share of one core: what the
+        placement and the operator look at), input packets a second, the drain tick now."""
+        last_at, last_cpu, last_packets = self._last_load
+        span = max(now - last_at, 1e-6)
+        self._last_load = (now, cpu, packets)
+        return {
+            "cpu": round(max(0.0, cpu - last_cpu) / span, 4),
+            "pps": round(max(0, packets - last_packets) / span, 1),
+            "tick_ms": round(self.drain_tick.tick_s * 1000, 3),
+            "flows": len(self.flows),
+        }
+
     async def report(self) -> None:
-        """Every ``STATS_INTERVAL_S``: failures, then events, then every flow's typed counters."""
+        """Every ``STATS_INTERVAL_S``: failures, then events, then every flow's typed counters
+        and the worker's load (``load``)."""
         while True:
             await trio.sleep(STATS_INTERVAL_S)
             # The arrival clock of the flows (kernel receive times mapped onto CLOCK_MONOTONIC),
@@ -138,7 +153,11 @@ class Worker:
                 await self.link.send(self._failures.pop(0))
             if events:
                 await self.link.send({"op": "events", "events": events})
-            await self.link.send({"op": "stats", "flows": flows})
+            packets = sum(int(f["input"]["packets_received"]) for f in flows.values())
+            # A flow that ended since the last report takes its packets with it: the sum can
+            # go down, and load() clamps that interval's rate at 0.
+            load = self.load(time.monotonic(), time.process_time(), packets)
+            await self.link.send({"op": "stats", "flows": flows, "load": load})
 
 
 def _place(nice: int, cpu: int | None, realtime: int = 0) -> None:
