@@ -71,7 +71,7 @@ def test_flows_go_to_the_least_loaded_worker_and_stay_there(tmp_path: Path) -> N
                 placed.append(flow_stats(edge, flow_id)["worker"])
                 # The next placement sees this flow measured (a report that counts it).
                 expected = index + 1
-                wait_for(lambda n=expected: reported_flows(edge)[idle_worker] == n, timeout=10)  # type: ignore[misc]
+                wait_for(lambda n=expected: reported_flows(edge)[idle_worker] == n, timeout=10)
             # By count: idle, heavy, idle. By load: all on the worker that carries nothing.
             assert placed == [idle_worker] * 3, placed
             assert flow_stats(edge, "heavy")["worker"] == heavy_worker  # nothing running moved
