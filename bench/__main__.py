@@ -5,11 +5,16 @@
 Scenarios (bench/README.md says how each is measured):
   1  1 input -> 1 UDP output: highest zero-loss rate; peers srt-live-transmit and socat
   2  1 input -> 4 and -> 16 outputs; peer GStreamer udpsrc ! tee ! udpsink x N
-  3  50 flows of 10 Mbit/s on one worker for 60 s: loss and CPU
+  3  50, 100 and 200 flows of 10 Mbit/s on one worker for 60 s each: loss and CPU per count, the
+     largest count held at zero loss, CPU/pkt at 50 flows over scenario 1's single flow
   4  added latency p50/p99 at 50 % of scenario 1's peak; peer srt-live-transmit
   5  isolation: scenario 1 at 50 % of its peak while wrk saturates the REST API and 50
      WebSocket stats clients are connected: packets lost must be 0
   6  memory: RSS of mp-edge (all processes) idle, with 1 flow and with 50 flows
+  7  scaling: K flows of equal rate over mp-edge --workers W, W = 1 .. the CPUs there are: the
+     highest aggregate zero-loss rate per W and its ratio to W = 1
+
+Each scenario's header line (stderr) gives the core count and the load average at its start.
 
 After the table, the fleet manager benchmark (``bench/manager.py``: simulated nodes over WSS
 against one ``mp-manager``, 500 to 5,000 nodes, command round trip p50/p99, RSS per node) prints
@@ -49,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.scenarios import SCENARIOS
-from bench.scenarios.common import Options, Row, dump_json, load_average, log, start_edge
+from bench.scenarios.common import Options, Row, dump_json, load_average, log, machine, start_edge
 
 COLUMNS = ("#", "scenario", "mediaplane", "peers (same run)", "ratio", "goal", "met?")
 
@@ -240,7 +245,9 @@ def _run_webrtc(quick: bool, workdir: Path, record: dict[str, object]) -> bool:
 
 
 def _run_one(number: int, title: str, run: Callable[[Options], list[Row]], opts: Options) -> list[Row]:
-    log(f"--- scenario {number}: {title} (load average {load_average()})")
+    # Core count and load average on every scenario's header: figures on a shared host need both.
+    log(f"--- scenario {number}: {title} ({machine()})")
+    opts.record.setdefault("machine", {})[str(number)] = machine()
     started = time.monotonic()
     try:
         rows = run(opts)

@@ -64,6 +64,8 @@ class Options:
     profile: bool = True
     profile_seconds: float = 4.0
     flows: int = 50
+    # Scenario 3's flow counts on one worker (the first is the issue's 50, the reference figure).
+    multiflow_counts: tuple[int, ...] = (50, 100, 200)
     multiflow_seconds: float = 60.0
     latency_seconds: float = 5.0
     isolation_seconds: float = 10.0
@@ -86,6 +88,7 @@ class Options:
             rounds=1,
             profile=False,
             flows=3,
+            multiflow_counts=(3, 6),
             multiflow_seconds=1.0,
             latency_seconds=1.0,
             isolation_seconds=1.0,
@@ -586,22 +589,80 @@ def opened(target: Target, sink_ports: list[int]) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def start_edge(workdir: Path, name: str) -> Iterator[tuple[str, int]]:
-    """``mp-edge --workers 1`` with a fresh config dir, ready once its worker runs; yields (url, pid)."""
+def start_edge(workdir: Path, name: str, workers: int = 1) -> Iterator[tuple[str, int]]:
+    """``mp-edge --workers N`` (default 1) with a fresh config dir, ready once all its workers run;
+    yields (url, pid)."""
     config_dir = Path(tempfile.mkdtemp(prefix=f"edge-{name}-", dir=workdir))
     config_dir.chmod(0o700)
-    with running_edge(config_dir, workdir / f"edge-{name}.log", ready=worker_pid) as started:
+
+    def ready(pid: int) -> bool:
+        return len(worker_pids(pid)) >= workers
+
+    with _edge_workers_arg(workers), running_edge(config_dir, workdir / f"edge-{name}.log", ready=ready) as started:
         yield started
 
 
 @contextlib.contextmanager
-def edge(opts: Options, name: str) -> Iterator[tuple[str, int]]:
-    """The run's shared edge (quick mode), else a fresh one for this scenario."""
-    if opts.shared_edge is not None:
+def _edge_workers_arg(workers: int) -> Iterator[None]:
+    """``running_edge`` (bench/edge_forward.py, shared with other benchmarks) always passes
+    ``--workers 1``; its command line ends with ``$MPB_EDGE_ARGS``, and argparse keeps the last
+    ``--workers``, so N workers are asked for there, only while the edge is spawned."""
+    if workers == 1:
+        yield
+        return
+    saved = os.environ.get("MPB_EDGE_ARGS")
+    os.environ["MPB_EDGE_ARGS"] = f"{saved or ''} --workers {workers}".strip()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MPB_EDGE_ARGS", None)
+        else:
+            os.environ["MPB_EDGE_ARGS"] = saved
+
+
+@contextlib.contextmanager
+def edge(opts: Options, name: str, workers: int = 1) -> Iterator[tuple[str, int]]:
+    """The run's shared edge (quick mode, one worker), else a fresh one with ``workers`` workers."""
+    if opts.shared_edge is not None and workers == 1:
         yield opts.shared_edge
         return
-    with start_edge(opts.workdir, name) as started:
+    with start_edge(opts.workdir, name, workers) as started:
         yield started
+
+
+def worker_pids(edge_pid: int) -> list[int]:
+    """Every engine worker under ``edge_pid`` (their command lines name ``ENGINE_WORKER``)."""
+    pids = []
+    for pid in process_tree(edge_pid)[1:]:
+        with contextlib.suppress(OSError):
+            if ENGINE_WORKER in Path(f"/proc/{pid}/cmdline").read_bytes():
+                pids.append(pid)
+    return pids
+
+
+def engine_workers(url: str) -> list[dict[str, Any]] | None:
+    """``engine.workers`` of ``GET /api/v1/system/diagnostics`` (index, pid, flows, pps, busy or
+    cpu, tick_ms), or None while the edge does not report it (older engine, error)."""
+    import httpx
+
+    try:
+        answer = httpx.get(f"{url}/api/v1/system/diagnostics", timeout=10)
+        workers = answer.json().get("engine", {}).get("workers") if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return workers if isinstance(workers, list) else None
+
+
+def cores() -> int:
+    """The CPUs this process may run on (what the bench's processes and the edge share)."""
+    return len(os.sched_getaffinity(0))
+
+
+def machine() -> str:
+    """Core count and load average, for every scenario's header line: figures on a shared host
+    mean little without them."""
+    return f"{cores()} cores, load average {load_average()}"
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""``python -m bench --quick --only 1 2 3 4 5 6``: every scenario runs for about a second and the table
+"""``python -m bench --quick --only 1 2 3 4 5 6 7``: every scenario runs for about a second and the table
 has every row (the protocol benchmarks that ``python -m bench`` runs after them have smoke tests of
 their own: test_manager_bench, test_relay/rtmp/rtsp/srt/webrtc_bench_smoke).
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,9 @@ from bench.scenarios.common import Row
 from bench.scenarios.profile import summarise
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = ("1", "2a", "2b", "3", "4", "5", "6")
+# Scenario 3: one row per flow count (--quick: 3 and 6) and its summary; 7: one row per worker count.
+SCALING_ROWS = ("7a", "7b") if len(os.sched_getaffinity(0)) >= 2 else ("7a",)
+ROWS = ("1", "2a", "2b", "3a", "3b", "3", "4", "5", "6", *SCALING_ROWS)
 # Measured: 25 s on this 2-core machine when quiet, 50-90 s at a load average of 6-10.
 QUICK_TIMEOUT_S = 420
 SCENARIO_ARGS = [str(n) for n in sorted(SCENARIOS)]
@@ -51,10 +54,17 @@ def test_quick_run_prints_every_row_and_no_scenario_fails(tmp_path: Path) -> Non
         assert row["verdict"] in ("yes", "NO", "-"), row
     table_numbers = [line.split("|")[0].strip() for line in result.stdout.splitlines() if "|" in line]
     assert [n for n in table_numbers if n] == ["#", *ROWS]
+    by_number = {row["number"]: row["ours"] for row in rows}
+    for number in ("3a", "3b"):  # each flow count: loss and CPU per packet, in numbers
+        assert re.search(r"\d+ of [\d,]+ lost", by_number[number]), by_number[number]
+        assert re.search(r"[\d.]+ us/pkt", by_number[number]), by_number[number]
+    assert re.search(r"largest count held at zero loss: \d+|no count held", by_number["3"]), by_number["3"]
+    for number in SCALING_ROWS:  # each worker count: an aggregate rate (or that no step was clean)
+        assert re.search(r"W=\d+: ([\d,]+ Mbit/s = [\d.,]+k pkt/s|no step clean)", by_number[number]), by_number[number]
 
 
 def test_every_scenario_is_registered() -> None:
-    assert sorted(SCENARIOS) == [1, 2, 3, 4, 5, 6]
+    assert sorted(SCENARIOS) == [1, 2, 3, 4, 5, 6, 7]
 
 
 def test_render_wraps_long_cells_inside_their_column() -> None:
