@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCALING_ROWS = ("7a", "7b") if len(os.sched_getaffinity(0)) >= 2 else ("7a",)
 ROWS = ("1", "2a", "2b", "3a", "3b", "3", "4", "5", "6", *SCALING_ROWS)
 # Measured: 25 s on this 2-core machine when quiet, 50-90 s at a load average of 6-10; scenario 7
-# and the second scenario-3 count (issue 23) added ~20 s of that (53 s in all at load 2.8).
+# and the second scenario-3 count (issue 23) add ~12 s quiet, ~20 s at load 3 (46-53 s in all).
 QUICK_TIMEOUT_S = 420
 SCENARIO_ARGS = [str(n) for n in sorted(SCENARIOS)]
 
