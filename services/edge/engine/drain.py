@@ -7,17 +7,20 @@ per-wake-up costs, not the per-packet work, were most of the worker's CPU (bench
 18-19 µs per packet against 4-5 µs for one fat flow; issue 23).
 
 Here the worker's input sockets sit in one level-triggered ``epoll`` of their own. One task
-waits for that epoll to become readable (one wake-up for any number of ready sockets), drains
-every ready socket in bounded batches, and then lets at least one tick pass before the next
-wait, so the datagrams of many flows are taken together. An idle worker sleeps in the wait: no
-tick without input.
+waits for that epoll to become readable (one wake-up for any number of ready sockets) and
+drains every ready socket in bounded batches. An idle worker sleeps in the wait.
 
-The tick adapts to the load, as a NIC coalesces interrupts: :data:`TICK_S` (1 ms) while the
-drains take little of the worker's time, so a lightly loaded flow waits at most a millisecond;
-doubled (up to :data:`MAX_TICK_S`) while they take more than :data:`BUSY_HIGH` of it, so that a
-loaded worker takes several datagrams per flow per call and its per-call costs (the syscalls,
-one analyser call, one send per output) are shared by them; halved again below
-:data:`BUSY_LOW`. A busy worker so trades a few milliseconds of delay for not losing packets.
+Between two drains it may hold off a *tick*, adapted to the load as a NIC coalesces
+interrupts. The tick is 0 (the next wait at once: a datagram is taken as soon as it lands, the
+latency of one task per socket) until the worker is busy (draining took more than
+:data:`BUSY_HIGH` of the last :data:`JUDGE_S`) *and* its calls bring small batches (fewer than
+:data:`SMALL_BATCH` datagrams per socket per call: many modest flows, not one fat one); then it
+grows, 1 ms and doubling up to :data:`MAX_TICK_S`, so that each call takes several datagrams
+and its costs (the syscalls, one analyser call, one send per output) are shared by them. It
+shrinks again (halving, then 0) when the worker is no longer busy or the batches are big. One
+fat flow thus keeps the immediate path (bench scenario 4: the added latency is what it was),
+and fifty 10 Mbit/s flows on one worker trade up to 8 ms of delay for a third less CPU a
+packet (bench scenario 3).
 
 The drain functions are plain callables run in this task. A flow's exception is handed back to
 that flow's own task (:meth:`DrainTick.serve` raises it there), so a failing flow fails alone,
@@ -37,13 +40,17 @@ import trio
 __all__ = ["MAX_EVENTS", "TICK_S", "DrainTick"]
 
 TICK_S: Final = 0.001
-"""The shortest time between two drains of the same worker (trio sleeps in whole milliseconds)."""
+"""The first tick when coalescing starts (trio sleeps in whole milliseconds)."""
 MAX_TICK_S: Final = 0.008
 """The longest: at 10 Mbit/s a flow then brings ~8 datagrams per drain."""
 BUSY_HIGH: Final = 0.5
-"""Above this share of the last :data:`JUDGE_S` spent draining, the tick doubles."""
+"""Above this share of the last :data:`JUDGE_S` spent draining (with small batches), the tick grows."""
 BUSY_LOW: Final = 0.15
-"""Below this share, it halves (the gap keeps it from flapping)."""
+"""Below this share, it shrinks (the gap keeps it from flapping)."""
+SMALL_BATCH: Final = 8
+"""Datagrams per socket per call under which a longer tick is worth its delay."""
+BIG_BATCH: Final = 32
+"""Datagrams per socket per call over which the tick shrinks: the calls are full already."""
 JUDGE_S: Final = 0.1
 MAX_EVENTS: Final = 4096
 """Ready sockets taken from one epoll poll; more wait for the next tick (level-triggered)."""
@@ -51,7 +58,7 @@ MAX_EVENTS: Final = 4096
 
 @dataclass(eq=False)
 class _Entry:
-    take: Callable[[], None]
+    take: Callable[[], int]
     failed: trio.Event = field(default_factory=trio.Event)
     error: BaseException | None = None
 
@@ -60,10 +67,10 @@ class DrainTick:
     """The worker's input sockets and the one task that drains them (:meth:`run`)."""
 
     def __init__(self, tick_s: float = TICK_S, max_tick_s: float = MAX_TICK_S) -> None:
-        self._min_tick_s = tick_s
+        self._first_tick_s = tick_s
         self._max_tick_s = max_tick_s
-        self.tick_s = tick_s
-        """The tick now (adapted to the load)."""
+        self.tick_s = 0.0
+        """The tick now (adapted to the load; 0: none)."""
         self._epoll = select.epoll()
         self._entries: dict[int, _Entry] = {}
         self.ticks = 0
@@ -73,10 +80,11 @@ class DrainTick:
     def socket_count(self) -> int:
         return len(self._entries)
 
-    async def serve(self, sock: socket.socket, take: Callable[[], None]) -> None:
-        """Drain ``sock`` with ``take`` on every tick it is readable, until cancelled.
+    async def serve(self, sock: socket.socket, take: Callable[[], int]) -> None:
+        """Drain ``sock`` with ``take`` whenever it is readable, until cancelled.
 
-        ``take`` reads what is queued (bounded) and hands it on; it must not block. If it raises,
+        ``take`` reads what is queued (bounded), hands it on and returns how many datagrams it
+        took; it must not block. If it raises,
         the exception is raised here, in the caller's task, and the socket leaves the tick.
         """
         fd = sock.fileno()
@@ -95,6 +103,7 @@ class DrainTick:
     async def run(self) -> None:
         """Wait for any socket, drain every ready one, hold off one tick; until cancelled."""
         busy = 0.0
+        calls = taken = 0
         judged = trio.current_time()
         try:
             while True:
@@ -105,20 +114,28 @@ class DrainTick:
                     entry = self._entries.get(fd)
                     if entry is None or entry.error is not None:
                         continue
+                    calls += 1
                     try:
-                        entry.take()
+                        taken += entry.take()
                     except Exception as exc:  # the flow's boundary is its own task: hand it over
                         entry.error = exc
                         entry.failed.set()
                 now = trio.current_time()
                 busy += now - started
                 if now - judged >= JUDGE_S:
-                    share = busy / (now - judged)
-                    if share > BUSY_HIGH:
-                        self.tick_s = min(self.tick_s * 2, self._max_tick_s)
-                    elif share < BUSY_LOW:
-                        self.tick_s = max(self.tick_s / 2, self._min_tick_s)
-                    busy, judged = 0.0, now
-                await trio.sleep_until(started + self.tick_s)
+                    self._adapt(busy / (now - judged), taken / calls if calls else 0.0)
+                    busy, calls, taken, judged = 0.0, 0, 0, now
+                if self.tick_s:
+                    await trio.sleep_until(started + self.tick_s)
+                else:
+                    await trio.lowlevel.checkpoint()
         finally:
             self._epoll.close()
+
+    def _adapt(self, busy_share: float, per_call: float) -> None:
+        """The next tick from the last window's busy share and datagrams per call."""
+        if busy_share > BUSY_HIGH and per_call < SMALL_BATCH:
+            self.tick_s = min(self.tick_s * 2, self._max_tick_s) if self.tick_s else self._first_tick_s
+        elif busy_share < BUSY_LOW or per_call > BIG_BATCH:
+            halved = self.tick_s / 2
+            self.tick_s = halved if halved >= self._first_tick_s else 0.0

@@ -44,18 +44,21 @@ async def drain(
     )
     end_batch = flow.end_batch
 
-    def take() -> None:
+    def take() -> int:
         # Until the socket is empty, at most MAX_BATCHES_PER_TICK batches: one busy flow cannot
         # hold the tick (the epoll is level-triggered: the rest is taken on the next one).
+        taken = 0
         for _ in range(MAX_BATCHES_PER_TICK):
             count = receiver.recv_batch()
             if count == 0:
-                return
+                break
+            taken += count
             if not (receiver.slotted and in_place(receiver, count)):
                 per_packet(receiver, count)
             end_batch()
             if count < RECV_BATCH:
-                return  # the socket had less than a batch: it is empty now, skip the EAGAIN call
+                break  # the socket had less than a batch: it is empty now, skip the EAGAIN call
+        return taken
 
     await flow.drain_tick.serve(sock, take)
 
