@@ -12,8 +12,9 @@ drains every ready socket in bounded batches. An idle worker sleeps in the wait.
 
 Between two drains it may hold off a *tick*, adapted to the load as a NIC coalesces
 interrupts. The tick is 0 (the next wait at once: a datagram is taken as soon as it lands, the
-latency of one task per socket) until the worker is busy (draining took more than
-:data:`BUSY_HIGH` of the last :data:`JUDGE_S`) *and* its calls bring small batches (fewer than
+latency of one task per socket) until the worker is busy (its process used more than
+:data:`BUSY_HIGH` of a core over the last :data:`JUDGE_S`: the drains and everything around
+them, the wake-ups included) *and* its calls bring small batches (fewer than
 :data:`SMALL_BATCH` datagrams per socket per call: many modest flows, not one fat one); then it
 grows, 1 ms and doubling up to :data:`MAX_TICK_S`, so that each call takes several datagrams
 and its costs (the syscalls, one analyser call, one send per output) are shared by them. It
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import select
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
@@ -44,7 +46,7 @@ TICK_S: Final = 0.001
 MAX_TICK_S: Final = 0.008
 """The longest: at 10 Mbit/s a flow then brings ~8 datagrams per drain."""
 BUSY_HIGH: Final = 0.5
-"""Above this share of the last :data:`JUDGE_S` spent draining (with small batches), the tick grows."""
+"""Above this CPU share of the worker over the last :data:`JUDGE_S` (with small batches), the tick grows."""
 BUSY_LOW: Final = 0.15
 """Below this share, it shrinks (the gap keeps it from flapping)."""
 SMALL_BATCH: Final = 8
@@ -102,9 +104,8 @@ class DrainTick:
 
     async def run(self) -> None:
         """Wait for any socket, drain every ready one, hold off one tick; until cancelled."""
-        busy = 0.0
         calls = taken = 0
-        judged = trio.current_time()
+        judged, cpu = trio.current_time(), time.process_time()
         try:
             while True:
                 await trio.lowlevel.wait_readable(self._epoll)
@@ -121,10 +122,12 @@ class DrainTick:
                         entry.error = exc
                         entry.failed.set()
                 now = trio.current_time()
-                busy += now - started
                 if now - judged >= JUDGE_S:
-                    self._adapt(busy / (now - judged), taken / calls if calls else 0.0)
-                    busy, calls, taken, judged = 0.0, 0, 0, now
+                    # The process's CPU, not the drains' share: with many small calls the cost
+                    # is mostly around them (epoll, the scheduler), which is what a tick saves.
+                    used = time.process_time()
+                    self._adapt((used - cpu) / (now - judged), taken / calls if calls else 0.0)
+                    calls, taken, judged, cpu = 0, 0, now, used
                 if self.tick_s:
                     await trio.sleep_until(started + self.tick_s)
                 else:
