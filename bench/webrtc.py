@@ -31,7 +31,7 @@ are spent; the figure is the largest count with zero loss. Part 3, the peer: ``f
 copy -f mpegts udp://`` remuxing the same 8 Mbit/s stream, its CPU over a window (the scale: the
 cheapest thing one can do with this stream).
 
-``--quick``: 1 and 2 viewers for 2 s, one capacity step, 2 s of ffmpeg (a smoke run). Everything
+``--quick``: 1 and 2 viewers for 2 s, one capacity step, 2 s of ffmpeg, a 4 s source (a smoke run). Everything
 binds 127.0.0.1; every process (edge, players, viewer processes) is bounded in time and killed at
 exit.
 """
@@ -61,6 +61,7 @@ from bench.tools.procfs import WEBRTC_WORKER, cpu_seconds, find_descendant, tree
 
 FPS: Final = 30
 SOURCE_S: Final = 20  # the TS file's length; it is looped
+QUICK_SOURCE_S: Final = 4  # --quick: two GOPs, looped the same way (encoding 20 s took most of a smoke run)
 SETTLE_S: Final = 3.0  # after the viewers connected: first keyframe (GOP 2 s) and steady state
 STEP_S: Final = 5.0  # the window of a capacity step (SETTLE_S + STEP_S = 8 s)
 CONNECT_TIMEOUT_S: Final = 60.0  # for a set of viewers to connect
@@ -582,7 +583,11 @@ def measure_ffmpeg(source: Path, window_s: float, workdir: Path) -> tuple[float,
                 c0, b0, started = cpu_seconds(remux.pid), drain.received[0], time.monotonic()
                 time.sleep(window_s)
                 elapsed = time.monotonic() - started
-                return (cpu_seconds(remux.pid) - c0) / elapsed, drain.received[0] - b0
+                measured = (cpu_seconds(remux.pid) - c0) / elapsed, drain.received[0] - b0
+                # ended while its input still flows: once the player stops, ffmpeg sits in its udp
+                # read and ignores SIGTERM, and _end waited its full 10 s before killing it
+                _end(remux)
+                return measured
         finally:
             _end(remux)
 
@@ -598,8 +603,9 @@ def run(workdir: Path, *, quick: bool = False, window_s: float = 10.0, budget_s:
     step_s = 2.0 if quick else STEP_S
     if quick:
         budget_s = 30.0
-    log(f"bench.webrtc: making the 8 Mbit/s source ({SOURCE_S} s of 1280x720 {FPS} fps, x264 veryfast)")
-    source = make_source(workdir)
+    source_s = QUICK_SOURCE_S if quick else SOURCE_S
+    log(f"bench.webrtc: making the 8 Mbit/s source ({source_s} s of 1280x720 {FPS} fps, x264 veryfast)")
+    source = make_source(workdir, source_s)
     peer_cpu, peer_bytes = measure_ffmpeg(source, window, workdir)
     log(f"bench.webrtc: ffmpeg remux {100 * peer_cpu:.1f} % of a core")
 
