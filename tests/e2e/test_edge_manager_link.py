@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.edge import Edge, free_udp_port, start_edge, wait_for
+from tests.helpers.edge import Edge, free_udp_port, start_edge, wait_for, wait_healthy
 from tests.helpers.manager import Manager, login, manager_fingerprint, setup_super_admin, start_manager
 
 
@@ -213,7 +214,7 @@ def test_rotate_secret_is_persisted_before_the_ack_and_used_after_a_restart(link
         assert client.get("/api/v1/manager").json()["data"]["state"] == "connected"
 
 
-def _edge_with_manager_block(tmp_path: Path, manager: Manager, block: dict[str, Any], **kwargs: Any) -> Edge:
+def _edge_with_manager_block(config_dir: Path, manager: Manager, block: dict[str, Any], **kwargs: Any) -> Edge:
     config = {
         "version": 1,
         "setup_enabled": False,
@@ -221,7 +222,7 @@ def _edge_with_manager_block(tmp_path: Path, manager: Manager, block: dict[str, 
         "manager": {"enabled": True, "url": f"wss://127.0.0.1:{manager.port}/ws/node", **block},
         "flows": [],
     }
-    return start_edge(tmp_path / "edge", config=config, **kwargs)
+    return start_edge(config_dir, config=config, **kwargs)
 
 
 def _link(edge: Edge) -> dict[str, Any]:
@@ -233,37 +234,42 @@ def test_a_refused_certificate_or_secret_is_reported_and_retried(tmp_path: Path)
     assert setup_super_admin(tmp_path / "manager").returncode == 0
     manager = start_manager(tmp_path / "manager")
     try:
-        # A pinned fingerprint that is not the manager's: refused before anything is sent.
-        wrong_pin = ":".join(["AB"] * 32)
-        edge = _edge_with_manager_block(tmp_path, manager, {"cert_fingerprint": wrong_pin, "registration_token": "t"})
-        try:
-            wait_for(lambda: _link(edge)["last_error"] is not None, timeout=20)
-            status = _link(edge)
+        with ExitStack() as stack:
+            # The three edges (each its own config dir) boot side by side, then each is checked.
+            # A pinned fingerprint that is not the manager's: refused before anything is sent.
+            wrong_pin = ":".join(["AB"] * 32)
+            pinned = _edge_with_manager_block(
+                tmp_path / "edge-pin", manager, {"cert_fingerprint": wrong_pin, "registration_token": "t"}, wait=False
+            )
+            stack.callback(pinned.stop)
+            # accept_self_signed_cert without MEDIAPLANE_ALLOW_INSECURE=1: the CA check stays on.
+            unverified = _edge_with_manager_block(
+                tmp_path / "edge-ca", manager, {"accept_self_signed_cert": True, "registration_token": "t"}, wait=False
+            )
+            stack.callback(unverified.stop)
+            # With it, TLS passes and a wrong node secret is refused by the manager: a critical
+            # manager event on the edge, and the reason in the link's state.
+            block = {"accept_self_signed_cert": True, "node_id": str(uuid.uuid4()), "node_secret": "wrong-secret"}
+            refused = _edge_with_manager_block(
+                tmp_path / "edge-secret", manager, block, extra_env={"MEDIAPLANE_ALLOW_INSECURE": "1"}, wait=False
+            )
+            stack.callback(refused.stop)
+            for edge in (pinned, unverified, refused):
+                wait_healthy(edge)
+
+            wait_for(lambda: _link(pinned)["last_error"] is not None, timeout=20)
+            status = _link(pinned)
             assert status["state"] in ("waiting", "connecting")
             assert "does not match cert_fingerprint" in status["last_error"]
-        finally:
-            edge.stop()
 
-        # accept_self_signed_cert without MEDIAPLANE_ALLOW_INSECURE=1: the CA check stays on.
-        edge = _edge_with_manager_block(tmp_path, manager, {"accept_self_signed_cert": True, "registration_token": "t"})
-        try:
-            wait_for(lambda: _link(edge)["last_error"] is not None, timeout=20)
-            assert "TLS with the manager failed" in _link(edge)["last_error"]
-        finally:
-            edge.stop()
+            wait_for(lambda: _link(unverified)["last_error"] is not None, timeout=20)
+            assert "TLS with the manager failed" in _link(unverified)["last_error"]
 
-        # With it, TLS passes and a wrong node secret is refused by the manager: a critical
-        # manager event on the edge, and the reason in the link's state.
-        block = {"accept_self_signed_cert": True, "node_id": str(uuid.uuid4()), "node_secret": "wrong-secret"}
-        edge = _edge_with_manager_block(tmp_path, manager, block, extra_env={"MEDIAPLANE_ALLOW_INSECURE": "1"})
-        try:
-            wait_for(lambda: "refused authentication" in (_link(edge)["last_error"] or ""), timeout=20)
-            with edge.client() as client:
+            wait_for(lambda: "refused authentication" in (_link(refused)["last_error"] or ""), timeout=20)
+            with refused.client() as client:
                 events = client.get("/api/v1/events").json()["data"]["events"]
             assert any(e["category"] == "manager" and e["severity"] == "critical" for e in events)
-            assert "wrong-secret" not in edge.log()
-        finally:
-            edge.stop()
+            assert "wrong-secret" not in refused.log()
     finally:
         manager.stop()
 
