@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.edge import Edge, free_port, free_udp_port, start_edge, wait_for
+from tests.helpers.edge import Edge, free_port, free_udp_port, start_edge, wait_for, wait_healthy
 from tests.helpers.media import UdpSink, rtp_stream, send_datagrams
 from tests.helpers.relay import Relay, start_relay
 
@@ -203,10 +203,13 @@ def edge_pair(tmp_path: Path, protocol: str, egress: dict[str, Any], ingress: di
         "tunnels": [tunnel_body(tunnel_id, "ingress", protocol, f"127.0.0.1:{b_input}", **ingress)],
     }
     with ExitStack() as stack:
-        a = start_edge(tmp_path / "edge-a", config=config_a)
+        # Both started before either is awaited: they boot side by side instead of one after the other.
+        a = start_edge(tmp_path / "edge-a", config=config_a, wait=False)
         stack.callback(a.stop)
-        b = start_edge(tmp_path / "edge-b", config=config_b)
+        b = start_edge(tmp_path / "edge-b", config=config_b, wait=False)
         stack.callback(b.stop)
+        wait_healthy(a)
+        wait_healthy(b)
         yield Pair(a, b, tunnel_id, a_input, sink_port)
 
 
@@ -314,6 +317,7 @@ def test_tcp_tunnel_through_the_relay(tmp_path: Path) -> None:
                 "server": SERVER,
                 "tunnels": [tunnel_body(tunnel_id, "egress", "tcp", f"127.0.0.1:{entry}", **through)],
             },
+            wait=False,
         )
         stack.callback(a.stop)
         b = start_edge(
@@ -323,8 +327,11 @@ def test_tcp_tunnel_through_the_relay(tmp_path: Path) -> None:
                 "server": SERVER,
                 "tunnels": [tunnel_body(tunnel_id, "ingress", "tcp", f"127.0.0.1:{target}", **through)],
             },
+            wait=False,
         )
         stack.callback(b.stop)
+        wait_healthy(a)
+        wait_healthy(b)
         wait_state(a, tunnel_id, "Connected")
         with socket.create_connection(("127.0.0.1", entry), timeout=20) as client:
             sender = threading.Thread(target=lambda: (client.sendall(body), client.shutdown(socket.SHUT_WR)))
