@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.edge import Edge, free_udp_port, start_edge, wait_for
+from tests.helpers.edge import Edge, free_udp_port, start_edge, wait_for, wait_healthy
 from tests.helpers.manager import Manager, login, manager_fingerprint, setup_super_admin, start_manager
 from tests.helpers.relay import LOOPBACK, Relay, start_relay, wait_tunnel_delivers
 
@@ -115,9 +115,11 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
                 "server": SERVER,
                 "manager": manager_block(manager, token),
             }
-            edge = start_edge(tmp_path / name, config=edge_config)
+            edge = start_edge(tmp_path / name, config=edge_config, wait=False)  # both boot side by side
             stack.callback(edge.stop)
             edges.append((edge, node_id))
+        for edge, _ in edges:
+            wait_healthy(edge)
         (source, source_id), (sink, sink_id) = edges
         for node_id in (relay_id, source_id, sink_id):
             wait_for(lambda node_id=node_id: online(admin, node_id), timeout=30)
