@@ -15,7 +15,7 @@ import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -74,12 +74,12 @@ class Instance:
     hub: NodeHub
     fleet: Fleet
     service: ManagerService
+    database: str
+    """The database's name in the cluster."""
 
 
 @asynccontextmanager
-async def instance(
-    nursery: trio.Nursery, tmp_path: Path, database_url: str, **fleet_kwargs: Any
-) -> AsyncIterator[Instance]:
+async def instance(tmp_path: Path, database_url: str, **fleet_kwargs: Any) -> AsyncIterator[Instance]:
     settings = resolve_settings(ENV, data_dir=tmp_path, tls_mode=TlsMode.DIRECT)
     now = dt.datetime.now(dt.UTC)
     certificate = ensure_certificate(
@@ -109,8 +109,26 @@ async def instance(
             )
             port = int(binds[0].rsplit(":", 1)[1])
             context = ssl.create_default_context(cafile=str(certificate.cert_path))
-            yield Instance(f"wss://127.0.0.1:{port}/ws/node", context, store, hub, fleet, service)
+            yield Instance(
+                f"wss://127.0.0.1:{port}/ws/node",
+                context,
+                store,
+                hub,
+                fleet,
+                service,
+                sa.make_url(database_url).database or "",
+            )
             inner.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def two_instances(
+    cluster: PostgresCluster, tmp_path: Path, **fleet_kwargs: Any
+) -> AsyncIterator[tuple[Instance, Instance]]:
+    """Instances ``a`` and ``b`` of one fleet on a fresh database of ``cluster``."""
+    url = cluster.create_database("fleet")
+    async with instance(tmp_path / "a", url, **fleet_kwargs) as a, instance(tmp_path / "b", url, **fleet_kwargs) as b:
+        yield a, b
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 8.0) -> None:
@@ -147,11 +165,8 @@ async def messages_of(store: Store, node_id: uuid.UUID) -> list[str]:
 async def test_two_instances_route_commands_views_settings_and_disconnects(
     cluster: PostgresCluster, tmp_path: Path
 ) -> None:
-    url = cluster.create_database("fleet")
-    async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
-        # The outbox is polled every 60 s here: only NOTIFY can carry a command in time.
-        a = await stack.enter_async_context(instance(nursery, tmp_path / "a", url, poll_interval_s=60))
-        b = await stack.enter_async_context(instance(nursery, tmp_path / "b", url, poll_interval_s=60))
+    # The outbox is polled every 60 s here: only NOTIFY can carry a command in time.
+    async with two_instances(cluster, tmp_path, poll_interval_s=60) as (a, b):
         node_id, secret = await registered_node(a)
         async with connect_node(a.url, a.ssl_context, secret_credentials(node_id, secret)) as node:
             node.config = dict(CONFIG)
@@ -206,16 +221,12 @@ async def test_two_instances_route_commands_views_settings_and_disconnects(
         assert await a.store.fleet_holder(node_id) is None
         with pytest.raises(NodeNotConnected):
             await b.hub.send_command(node_id, {"type": "start_flow", "flow_id": "cam1"})
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_node_moving_to_another_instance_is_not_marked_offline_by_the_old_one(
     cluster: PostgresCluster, tmp_path: Path
 ) -> None:
-    url = cluster.create_database("fleet")
-    async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
-        a = await stack.enter_async_context(instance(nursery, tmp_path / "a", url))
-        b = await stack.enter_async_context(instance(nursery, tmp_path / "b", url))
+    async with two_instances(cluster, tmp_path) as (a, b):
         node_id, secret = await registered_node(a)
         credentials = secret_credentials(node_id, secret)
         async with connect_node(a.url, a.ssl_context, credentials) as old:
@@ -238,14 +249,10 @@ async def test_a_node_moving_to_another_instance_is_not_marked_offline_by_the_ol
                 # Commands on A now go to B.
                 assert (await a.hub.send_command(node_id, {"type": "restart_flow", "flow_id": "cam1"})).success
                 assert "restart_flow" in received(new)
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_dead_instances_nodes_lapse_offline_exactly_once(cluster: PostgresCluster, tmp_path: Path) -> None:
-    url = cluster.create_database("fleet")
-    async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
-        a = await stack.enter_async_context(instance(nursery, tmp_path / "a", url, lease_s=1.0, sweep_interval_s=0.2))
-        b = await stack.enter_async_context(instance(nursery, tmp_path / "b", url, lease_s=1.0, sweep_interval_s=0.2))
+    async with two_instances(cluster, tmp_path, lease_s=1.0, sweep_interval_s=0.2) as (a, b):
         node_id, _ = await registered_node(a)
         # A dead instance's row: a holder that never beats again (SIGKILL leaves exactly this).
         dead = uuid.uuid4()
@@ -267,24 +274,19 @@ async def test_a_dead_instances_nodes_lapse_offline_exactly_once(cluster: Postgr
         messages = await messages_of(a.store, node_id)
         assert messages.count(DISCONNECTED_MESSAGE) == 2  # the registration's close, then the lapse
         assert messages.count(CONNECTED_MESSAGE) == 1
-        nursery.cancel_scope.cancel()
 
 
 async def test_messages_sent_while_the_listener_is_cut_off_still_arrive(
     cluster: PostgresCluster, tmp_path: Path
 ) -> None:
-    url = cluster.create_database("fleet")
-    async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
-        a = await stack.enter_async_context(instance(nursery, tmp_path / "a", url))
-        b = await stack.enter_async_context(instance(nursery, tmp_path / "b", url))
+    async with two_instances(cluster, tmp_path) as (a, b):
         node_id, secret = await registered_node(a)
         async with connect_node(a.url, a.ssl_context, secret_credentials(node_id, secret)) as node:
             await node.wait_authenticated()
             await eventually(lambda: holds(a.store, node_id, a.fleet))
             await eventually(lambda: _true(b.hub.is_connected(node_id)))
             # Cut every LISTEN connection (as a PostgreSQL restart or a proxy timeout would).
-            database = sa.make_url(url).database or ""
-            with psycopg.connect(cluster.conninfo(database), autocommit=True) as admin:
+            with psycopg.connect(cluster.conninfo(a.database), autocommit=True) as admin:
                 cut = admin.execute(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE %s",
                     (f"LISTEN {NOTIFY_CHANNEL}%",),
@@ -298,7 +300,6 @@ async def test_messages_sent_while_the_listener_is_cut_off_still_arrive(
                 return a.fleet.listener_connected and b.fleet.listener_connected
 
             await eventually(listening_again, 15)
-        nursery.cancel_scope.cancel()
 
 
 def received(node: TestNode) -> list[str]:
@@ -313,10 +314,7 @@ async def _true(value: bool) -> bool:
 async def test_a_node_locked_out_on_one_instance_is_locked_out_on_the_other(
     cluster: PostgresCluster, tmp_path: Path
 ) -> None:
-    url = cluster.create_database("fleet")
-    async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
-        a = await stack.enter_async_context(instance(nursery, tmp_path / "a", url))
-        b = await stack.enter_async_context(instance(nursery, tmp_path / "b", url))
+    async with two_instances(cluster, tmp_path) as (a, b):
         node_id, secret = await registered_node(a)
         for _ in range(5):  # interop.md 6: 5 failures within 60 s lock the node id
             async with connect_node(a.url, a.ssl_context, secret_credentials(node_id, "wrong")) as guess:
@@ -326,7 +324,6 @@ async def test_a_node_locked_out_on_one_instance_is_locked_out_on_the_other(
         async with connect_node(b.url, b.ssl_context, secret_credentials(node_id, secret)) as real:
             await real.wait_closed()
             assert real.rejected == LOCKED_OUT
-        nursery.cancel_scope.cancel()
 
 
 async def test_retention_runs_on_one_instance_at_a_time(cluster: PostgresCluster) -> None:
