@@ -278,9 +278,10 @@ def test_tunnels_page_pairs_and_removes_a_tunnel(fleet: Fleet) -> None:
             done = page.locator("#pair-ok:has-text('Paired'), #pair-error:has-text('No answer from the manager')")
             expect(done).to_be_visible(timeout=35_000)
             if page.locator("#pair-error").is_visible():
-                # Twice in CI on a loaded host the browser's POST got no answer (a broken
-                # connection; the cause is not found yet, see issue 21's notes). The page then
-                # says the tunnel may be paired and will appear: it must, connected, below.
+                # Chromium aborts requests in flight when the host's network changes
+                # (net::ERR_NETWORK_CHANGED): other test files running beside this one create
+                # and remove network namespaces and veth links. The page then says the tunnel
+                # may be paired and will appear: it must, connected, below.
                 first = page.locator("#tn-rows tr[data-id]").first
                 expect(first).to_have_attribute("data-connected", "true", timeout=40_000)
                 tunnel = str(first.get_attribute("data-id"))
@@ -316,7 +317,7 @@ def test_tunnels_page_pairs_and_removes_a_tunnel(fleet: Fleet) -> None:
             wait_for(lambda: tunnel not in relay_tunnel_ids(fleet.relay), timeout=15, interval=0.2)
             # The page found the relay from the legs' relay_addr and revoked the authorisation there.
             wait_for(lambda: f"tunnel {tunnel} authorization revoked" in fleet.relay.log(), timeout=10)
-            assert session.problems == []
+            assert [p for p in session.problems if not p.endswith("net::ERR_NETWORK_CHANGED")] == []
     finally:
         sink_socket.close()
 
