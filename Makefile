@@ -36,13 +36,15 @@ run: debs venv vendor
 ## make test: installs what the tests need, boots the image under qemu, runs the whole suite
 # Three workers, one test file each at a time (module fixtures stay per file): most tests wait
 # on real processes and sockets, so on two cores a third file fills the waits (two workers:
-# 23.2 min for 3,225 tests; see the closing note of issue 20 for three).
+# 23.2 min for 3,225 tests; see the closing note of issue 20 for three). Beside them, the tests
+# that make network namespaces run in a namespace of their own, away from the browser tests
+# (tools/run-tests.sh says why). `make test ARGS="tests/e2e -x"` narrows both parts.
 # The image boot test runs first so that pytest's summary is the last line; the Debian check
 # runs again after it because mkosi's backports install can remove packages (chromium).
 test: debs venv vendor
 	$(MAKE) image-test-if-space
 	bash tools/ensure-debs.sh
-	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=40
+	bash tools/run-tests.sh $(ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check appliance services cli tests bench tools

@@ -17,6 +17,10 @@ nothing in the host's firewall is touched and deleting the namespace takes them 
 Skips only where namespaces are impossible (not root, ``ip netns add`` answers EPERM); a
 missing ``ip`` or ``nft`` skips locally and fails under ``CI=true``, where a skip would be a
 silent pass (tools/ensure-debs.sh installs both).
+
+Tests that call :func:`netns_pair` are marked ``netns``: ``make test`` runs them in a network
+namespace of their own, away from the browser tests (tools/run-tests.sh), and under ``CI=true``
+a call outside that run fails.
 """
 
 from __future__ import annotations
@@ -84,6 +88,11 @@ def netns_pair(prefix: str = "mp") -> Iterator[Net]:
         pytest.skip("network namespaces need root (ip netns add)")
     if shutil.which("ip") is None:
         missing("the 'ip' tool (iproute2) is not installed")
+    if IN_CI and not os.environ.get("MP_TEST_SHARED_NETNS"):
+        # Chromium fails requests in flight on any link or address change in its namespace
+        # (net::ERR_NETWORK_CHANGED): make test runs the tests marked netns in a namespace of
+        # their own (tools/run-tests.sh), which names the shared one in MP_TEST_SHARED_NETNS.
+        pytest.fail("netns_pair outside the netns run: mark the test pytest.mark.netns (tools/run-tests.sh)")
     token = secrets.token_hex(3)
     block = secrets.randbelow(256 * 64)  # a random /30 of 10.213.0.0/16: parallel runs do not collide
     third, fourth = block // 64, (block % 64) * 4
