@@ -15,18 +15,18 @@ and its RTP output must be exactly the source stream: no gap, no duplicate, noth
 
 The relay: ``tests.tools.lossy_proxy.LossyUdpProxy`` forwards one way only (its replies come
 from a socket nobody reads), and an SRT connection needs the listener's handshake answers,
-ACKs and NAKs to get back to the caller. So ``SrtLegRelay`` below carries both directions
-itself and takes its drop decisions from a ``LossyUdpProxy`` used as the rule engine
-(``should_drop``, documented as usable without its thread): same seeds, same rules, same
-stats. Everything is on loopback and every wait is bounded.
+ACKs and NAKs to get back to the caller. So ``SrtLegRelay`` (``tests/tools/srt_leg_relay.py``)
+carries both directions itself and takes its drop decisions from a ``LossyUdpProxy`` used as
+the rule engine (``should_drop``, documented as usable without its thread): same seeds, same
+rules, same stats. Each leg's relay is a process of its own, so one leg's retransmission storm
+during its outage cannot starve the other leg's relay. Everything is on loopback and every wait
+is bounded.
 """
 
 from __future__ import annotations
 
 import contextlib
-import select
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +37,7 @@ import pytest
 from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
 from tests.helpers.media import UdpSink, rtp_stream
 from tests.helpers.srt import SLT, Slt, require, stats
-from tests.tools.lossy_proxy import LossyUdpProxy
+from tests.tools.srt_leg_relay import SrtLegRelay
 
 pytestmark = [pytest.mark.e2e, pytest.mark.interop]
 
@@ -60,104 +60,6 @@ OUTAGE = 400  # datagrams (400 ms at 1000 pps): well past the SRT latency, so me
 OUTAGES = {0: 900, 1: 2300}  # the stream index at which each leg's link goes down
 DROP_RATE = 0.03  # scattered UDP loss on top, on every leg, that ARQ is expected to repair
 MAX_RELAY_S = 60.0
-
-
-@dataclass
-class RelayCounts:
-    forward: int = 0  # caller -> edge datagrams seen
-    forward_dropped: int = 0  # by the rules (random loss on data and control packets alike)
-    data_dropped: int = 0  # of those, SRT data packets (first bit 0)
-    outage_dropped: int = 0  # data packets (first sends and retransmissions) of an outage's messages
-    outage_messages: int = 0  # distinct SRT sequence numbers taken out by outages
-    backward: int = 0  # edge -> caller datagrams
-
-
-class SrtLegRelay:
-    """A two-way UDP relay for one SRT connection; lossy by ``rules`` (a LossyUdpProxy).
-
-    The caller sends to ``port``; the relay forwards to ``target`` from its own socket, and
-    what the target answers goes back to the caller's last address. Caller-to-edge datagrams
-    are dropped by ``rules.should_drop``. While ``outage()`` is on, every SRT data packet is
-    dropped and its sequence number remembered, and every later copy of those (retransmissions)
-    is dropped too, so those messages never reach the edge on this leg. Stops on ``stop()``
-    and in any case after ``MAX_RELAY_S``.
-    """
-
-    def __init__(self, target: tuple[str, int], rules: LossyUdpProxy) -> None:
-        self.target = target
-        self.rules = rules
-        self.counts = RelayCounts()
-        self._front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        for sock in (self._front, self._back):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-            sock.bind(("127.0.0.1", 0))
-            sock.setblocking(False)
-        self._caller: tuple[str, int] | None = None
-        self._gone: set[int] = set()  # SRT sequence numbers this leg must never deliver
-        self._down = threading.Event()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"srt-relay-{self.port}", daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return int(self._front.getsockname()[1])
-
-    def outage(self, on: bool) -> None:
-        if on:
-            self._down.set()
-        else:
-            self._down.clear()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join(5)
-        self._front.close()
-        self._back.close()
-        self.rules.stop()  # closes the rule engine's own (never used) sockets
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + MAX_RELAY_S
-        counts = self.counts
-        while not self._stopping.is_set() and time.monotonic() < deadline:
-            readable, _, _ = select.select([self._front, self._back], [], [], 0.02)
-            for sock in readable:
-                for _ in range(256):  # a bounded batch per wake-up
-                    try:
-                        data, source = sock.recvfrom(65535)
-                    except (BlockingIOError, InterruptedError):
-                        break
-                    except OSError:
-                        return
-                    if sock is self._front:
-                        self._caller = source
-                        index = counts.forward
-                        counts.forward += 1
-                        if len(data) >= 16 and not data[0] & 0x80:  # a data packet: 31-bit sequence number
-                            seq = int.from_bytes(data[:4], "big")
-                            if self._down.is_set() and seq not in self._gone:
-                                self._gone.add(seq)
-                                counts.outage_messages += 1
-                            if seq in self._gone:
-                                counts.outage_dropped += 1
-                                continue
-                        if self.rules.should_drop(index, data):
-                            counts.forward_dropped += 1
-                            counts.data_dropped += not data[0] & 0x80
-                            continue
-                        self._send(self._back, data, self.target)
-                    else:
-                        counts.backward += 1
-                        if self._caller is not None:
-                            self._send(self._front, data, self._caller)
-
-    @staticmethod
-    def _send(sock: socket.socket, data: bytes, dest: tuple[str, int]) -> None:
-        try:
-            sock.sendto(data, dest)
-        except OSError:
-            pass  # a full buffer on loopback: the SRT layer above sees it as loss
 
 
 @dataclass
@@ -196,8 +98,11 @@ def run_two_lossy_legs(edge: Edge, tmp_path: Path, latencies: tuple[int, int], o
     try:
         for i, seed in enumerate((11, 29)):
             # passthrough_first: let the handshake through cleanly; the loss starts with the stream.
-            rules = LossyUdpProxy(("127.0.0.1", leg_ports[i]), drop_rate=DROP_RATE, seed=seed, passthrough_first=50)
-            relays.append(SrtLegRelay(("127.0.0.1", leg_ports[i]), rules))
+            relays.append(
+                SrtLegRelay(
+                    ("127.0.0.1", leg_ports[i]), drop_rate=DROP_RATE, seed=seed, passthrough_first=50, max_s=MAX_RELAY_S
+                )
+            )
         for i, relay in enumerate(relays):
             # RTP-wrapped TS is 1328 bytes: over SRT's default 1316-byte live payload, so the
             # caller sets payloadsize (its UDP reads take up to -chunk 1456 bytes by default).
@@ -256,7 +161,12 @@ def assert_merged(run: Run) -> int:
     missing = missing_sequences(run)
     got = {g[2:4] for g in run.got}
     where = [i for i, p in enumerate(run.packets) if p[2:4] not in got]
-    detail = f"{missing} sequence numbers missing (stream indices {where[:20]}); merger: {redundancy}"
+    inp = run.stats["input"]
+    legs = [inp.get("srt_stats"), inp.get("srt_leg2_stats")]  # type: ignore[union-attr]
+    detail = (
+        f"{missing} sequence numbers missing (stream indices {where[:20]}); merger: {redundancy}; "
+        f"libsrt legs: {legs}; relays: {[relay.counts for relay in run.relays]}"
+    )
     assert missing == redundancy["lost_on_both"], detail
     assert missing <= PACKETS // 100, detail
     assert run.got == [p for p in run.packets if p[2:4] in got], detail  # in order, once, untouched
