@@ -37,18 +37,25 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import psycopg
 import trio
 
 from appliance import errors
 from appliance.protocol import LOCKOUT_MAX_FAILURES, LOCKOUT_WINDOW_S
+from services.manager.hub import (
+    CommandFailed,
+    CommandResult,
+    CommandTimedOut,
+    CommandTooLarge,
+    HubError,
+    InvalidCommand,
+    NodeHub,
+    NodeNotConnected,
+)
 from services.manager.store import AttemptKind, NodeStatus, Store
 from services.manager.store.fleet import NOTIFY_CHANNEL, FleetMessage
-
-if TYPE_CHECKING:
-    from services.manager.hub import CommandResult, NodeHub
 
 __all__ = ["BEAT_INTERVAL_S", "LEASE_S", "Fleet", "RemoteNode", "listen_conninfo"]
 
@@ -142,7 +149,9 @@ class Fleet:
         self._started_at = store.now()
         self._nursery: trio.Nursery | None = None
         self.forwarded = 0
-        """Commands this instance sent to others (for the bench and diagnostics)."""
+        """Commands this instance sent to others and got the holder's answer to (bench, tests)."""
+        self.forward_timeouts = 0
+        """Commands sent to others that got no answer in time (answered 504 here)."""
         self.listener_connected = False
         self.sweeps = 0
         """Sweeps run so far (tests wait on it)."""
@@ -333,8 +342,6 @@ class Fleet:
 
     # ------------------------------------------------------------------ serving others
     async def _serve_command(self, asker: uuid.UUID, body: Mapping[str, Any]) -> None:
-        from services.manager.hub import HubError
-
         answer: dict[str, Any] = {"request_id": body["request_id"]}
         try:
             result = await self.hub.send_command(
@@ -390,24 +397,16 @@ class Fleet:
     ) -> CommandResult:
         """Sends the command through the instance that holds the node's socket and waits for
         its answer, raising what the holder's hub raised (interop.md 6 "Commands")."""
-        from services.manager.hub import (
-            CommandFailed,
-            CommandResult,
-            CommandTimedOut,
-            CommandTooLarge,
-            InvalidCommand,
-            NodeNotConnected,
-        )
-
         holder = await self._store.fleet_holder(node_id)
         if holder is None or holder == self.instance_id:
             raise NodeNotConnected("Node is not connected")
         body = {"node_id": str(node_id), "action": dict(action), "max_bytes": max_bytes}
         timeout = self._reply_timeout_s if self._reply_timeout_s is not None else command_timeout_s + REPLY_MARGIN_S
         answer = await self._ask(holder, COMMAND, body, timeout)
-        self.forwarded += 1
         if answer is None:
+            self.forward_timeouts += 1
             raise CommandTimedOut("Node did not answer within the timeout")
+        self.forwarded += 1
         if answer.get("ok"):
             return CommandResult(uuid.UUID(answer["command_id"]), True, answer.get("data"))
         raised: dict[str, type[errors.ApplianceError]] = {

@@ -36,6 +36,7 @@ from services.manager.hub import (
     INVALID_SECRET,
     LOCKED_OUT,
     CommandFailed,
+    CommandTimedOut,
     NodeHub,
     NodeNotConnected,
 )
@@ -221,6 +222,24 @@ async def test_two_instances_route_commands_views_settings_and_disconnects(
         assert await a.store.fleet_holder(node_id) is None
         with pytest.raises(NodeNotConnected):
             await b.hub.send_command(node_id, {"type": "start_flow", "flow_id": "cam1"})
+
+
+async def test_a_forward_without_an_answer_in_time_is_counted_as_a_timeout(
+    cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    # B waits 1 s for the holder's answer; the node on A never answers restart_flow.
+    async with two_instances(cluster, tmp_path, reply_timeout_s=1.0) as (a, b):
+        node_id, secret = await registered_node(a)
+        async with connect_node(a.url, a.ssl_context, secret_credentials(node_id, secret)) as node:
+            await node.wait_authenticated()
+            await eventually(lambda: holds(a.store, node_id, a.fleet))
+            await eventually(lambda: _true(b.hub.is_connected(node_id)))
+            node.replies["restart_flow"] = None
+            with pytest.raises(CommandTimedOut):
+                await b.hub.send_command(node_id, {"type": "restart_flow", "flow_id": "cam1"})
+            assert (b.fleet.forwarded, b.fleet.forward_timeouts) == (0, 1)
+            assert (await b.hub.send_command(node_id, {"type": "start_flow", "flow_id": "cam1"})).success
+            assert (b.fleet.forwarded, b.fleet.forward_timeouts) == (1, 1)
 
 
 async def test_a_node_moving_to_another_instance_is_not_marked_offline_by_the_old_one(
