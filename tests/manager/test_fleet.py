@@ -132,6 +132,17 @@ async def two_instances(
         yield a, b
 
 
+@asynccontextmanager
+async def node_held_by_a_seen_by_b(a: Instance, b: Instance) -> AsyncIterator[tuple[uuid.UUID, TestNode]]:
+    """A node registered and connected on ``a``, held there and seen live on ``b``."""
+    node_id, secret = await registered_node(a)
+    async with connect_node(a.url, a.ssl_context, secret_credentials(node_id, secret)) as node:
+        await node.wait_authenticated()
+        await eventually(lambda: holds(a.store, node_id, a.fleet))
+        await eventually(lambda: _true(b.hub.is_connected(node_id)))
+        yield node_id, node
+
+
 async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 8.0) -> None:
     with trio.fail_after(timeout_s):
         while not await check():
@@ -229,11 +240,7 @@ async def test_a_forward_without_an_answer_in_time_is_counted_as_a_timeout(
 ) -> None:
     # B waits 1 s for the holder's answer; the node on A never answers restart_flow.
     async with two_instances(cluster, tmp_path, reply_timeout_s=1.0) as (a, b):
-        node_id, secret = await registered_node(a)
-        async with connect_node(a.url, a.ssl_context, secret_credentials(node_id, secret)) as node:
-            await node.wait_authenticated()
-            await eventually(lambda: holds(a.store, node_id, a.fleet))
-            await eventually(lambda: _true(b.hub.is_connected(node_id)))
+        async with node_held_by_a_seen_by_b(a, b) as (node_id, node):
             node.replies["restart_flow"] = None
             with pytest.raises(CommandTimedOut):
                 await b.hub.send_command(node_id, {"type": "restart_flow", "flow_id": "cam1"})
@@ -299,11 +306,7 @@ async def test_messages_sent_while_the_listener_is_cut_off_still_arrive(
     cluster: PostgresCluster, tmp_path: Path
 ) -> None:
     async with two_instances(cluster, tmp_path) as (a, b):
-        node_id, secret = await registered_node(a)
-        async with connect_node(a.url, a.ssl_context, secret_credentials(node_id, secret)) as node:
-            await node.wait_authenticated()
-            await eventually(lambda: holds(a.store, node_id, a.fleet))
-            await eventually(lambda: _true(b.hub.is_connected(node_id)))
+        async with node_held_by_a_seen_by_b(a, b) as (node_id, node):
             # Cut every LISTEN connection (as a PostgreSQL restart or a proxy timeout would).
             with psycopg.connect(cluster.conninfo(a.database), autocommit=True) as admin:
                 cut = admin.execute(
