@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.netns import missing, netns_pair
+from tests.helpers.netns import SHARED_NETNS_VARIABLE, apart_from_the_browsers, missing, netns_pair, shared_namespace
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e]
 
@@ -78,15 +78,16 @@ def pending_messages(sock: socket.socket) -> list[bytes]:
 
 
 def test_a_veth_made_by_a_netns_test_is_not_seen_where_the_browsers_run() -> None:
-    shared = os.environ.get("MP_TEST_SHARED_NETNS")
-    if not shared:
-        missing("MP_TEST_SHARED_NETNS is not set: run the netns tests through tools/run-tests.sh (make test)")
+    shared = shared_namespace()
+    if shared is None:
+        missing(f"{SHARED_NETNS_VARIABLE} is not set: run the netns tests through tools/run-tests.sh (make test)")
+        return
     if os.geteuid() != 0:
         pytest.skip("needs root (setns, ip netns add)")
     own = Path("/proc/self/ns/net")
-    assert os.stat(shared).st_ino != os.stat(own).st_ino, "the netns tests run in the browsers' namespace"
+    assert apart_from_the_browsers(), "the netns tests run in the browsers' namespace"
     with (
-        contextlib.closing(rtnetlink_watch_in(Path(shared))) as there,
+        contextlib.closing(rtnetlink_watch_in(shared)) as there,
         contextlib.closing(rtnetlink_watch_in(own)) as here,
     ):
         with netns_pair("iso") as net:

@@ -77,6 +77,25 @@ class Net:
         return ["ip", "netns", "exec", self.name]
 
 
+SHARED_NETNS_VARIABLE = "MP_TEST_SHARED_NETNS"
+"""Set by tools/run-tests.sh for its netns part: the namespace the browser tests run in."""
+
+
+def shared_namespace() -> Path | None:
+    """The namespace the browser tests run in (``/proc/PID/ns/net``), when tools/run-tests.sh said."""
+    value = os.environ.get(SHARED_NETNS_VARIABLE)
+    return Path(value) if value else None
+
+
+def apart_from_the_browsers() -> bool:
+    """Whether this process is in another network namespace than the browser tests' one."""
+    shared = shared_namespace()
+    if shared is None:
+        return False
+    here, there = os.stat("/proc/self/ns/net"), os.stat(shared)
+    return (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino)
+
+
 @contextlib.contextmanager
 def netns_pair(prefix: str = "mp") -> Iterator[Net]:
     """A fresh netns with a veth pair into it (10.213.x.y/30); always torn down, whatever failed.
@@ -103,11 +122,10 @@ def netns_pair(prefix: str = "mp") -> Iterator[Net]:
         if "Operation not permitted" in added.stderr or "Permission denied" in added.stderr:
             pytest.skip(f"cannot create a network namespace here: {added.stderr.strip()}")
         pytest.fail(f"ip netns add failed: {added.stderr.strip()}")
-    if IN_CI and not os.environ.get("MP_TEST_SHARED_NETNS"):
+    if IN_CI and not apart_from_the_browsers():
         # Namespaces work here, so the netns part of make test ran in one of its own. Chromium
         # fails requests in flight on any link or address change in its namespace
-        # (net::ERR_NETWORK_CHANGED): this test must run there (tools/run-tests.sh), which
-        # names the shared namespace in MP_TEST_SHARED_NETNS.
+        # (net::ERR_NETWORK_CHANGED): this test must run there (tools/run-tests.sh).
         ip("netns", "del", net.name, check=False)
         pytest.fail("netns_pair outside the netns run: mark the test pytest.mark.netns (tools/run-tests.sh)")
     try:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import select
 import socket
 import subprocess
@@ -32,8 +31,11 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from tests.tools.lossy_proxy import LossyUdpProxy
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -70,7 +72,7 @@ class SrtLegRelay:
             stdout=subprocess.PIPE,
             text=True,
             bufsize=1,
-            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+            cwd=ROOT,  # where ``tests`` imports from
         )
         assert self._process.stdout is not None
         first = self._process.stdout.readline().split()
