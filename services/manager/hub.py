@@ -620,17 +620,22 @@ class NodeHub:
 
     async def _on_command_answer(self, conn: _Connection, event: ManagerEvent) -> None:
         assert isinstance(event, CommandCompleted | CommandTimeoutEvent | CommandAbandoned)
-        self._wake_waiter(conn, event.command_id, event)
-        if not isinstance(event, CommandCompleted) or not event.success or conn.node_id is None:
-            return
-        if event.action_type == "rotate_secret":
-            await self._store.finish_secret_rotation(conn.node_id)
-        if event.action_type in MUTATING_ACTION_TYPES:
-            # interop.md 6 "Config cache": drop it and ask again after a successful change.
-            await self._store.cache_node_config(conn.node_id, None)
-            conn.cached_config = None
-            if conn.session.state is ManagerState.AUTHENTICATED:
-                self._request_config(conn)
+        # The caller is woken last: once it has its answer, what the command changed here (the
+        # dropped config cache, the finished rotation) is in the store, so a GET .../config right
+        # after a 200 never serves the config from before the change.
+        try:
+            if not isinstance(event, CommandCompleted) or not event.success or conn.node_id is None:
+                return
+            if event.action_type == "rotate_secret":
+                await self._store.finish_secret_rotation(conn.node_id)
+            if event.action_type in MUTATING_ACTION_TYPES:
+                # interop.md 6 "Config cache": drop it and ask again after a successful change.
+                await self._store.cache_node_config(conn.node_id, None)
+                conn.cached_config = None
+                if conn.session.state is ManagerState.AUTHENTICATED:
+                    self._request_config(conn)
+        finally:
+            self._wake_waiter(conn, event.command_id, event)
 
     def _wake_waiter(self, conn: _Connection, command_id: uuid.UUID, event: ManagerEvent) -> None:
         waiter = conn.waiters.get(command_id)

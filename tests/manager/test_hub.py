@@ -404,6 +404,25 @@ async def test_invalid_and_oversized_actions_are_refused_before_sending(tmp_path
         assert len(node.commands) == before
 
 
+async def test_the_cache_is_dropped_before_the_mutating_command_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI once: POST .../command answered 200, the GET .../config right after it still served the
+    # old config (the caller was woken before the drop had reached the store). The real store,
+    # its write held back 0.3 s, as a loaded host's thread pool does.
+    async with running_hub(tmp_path) as env, online_node(env) as (node_id, node):
+        node.replies["get_config"] = None
+        write = env.store.cache_node_config
+
+        async def slow_write(node: uuid.UUID, config_json: str | None) -> None:
+            await trio.sleep(0.3)
+            await write(node, config_json)
+
+        monkeypatch.setattr(env.store, "cache_node_config", slow_write)
+        await env.hub.send_command(node_id, {"type": "start_flow", "flow_id": "cam1"})
+        assert await cached_config(env.store, node_id) is None
+
+
 async def test_mutating_command_drops_the_cache_and_refetches(tmp_path: Path) -> None:
     async with running_hub(tmp_path) as env, online_node(env) as (node_id, node):
         node.replies["get_config"] = None  # hold the answer: the dropped cache is observable
