@@ -182,6 +182,8 @@ class RtspInputDriver:
 
     def state(self, now_monotonic: float) -> str:
         if self._playing:
+            if self._announce is not None:
+                return "connected"  # PLAY answered, no RTP yet: not "receiving" before a packet came
             return "receiving" if trio.current_time() - self._last_media < RECEIVING_WINDOW_S else "connected"
         return self._state
 
