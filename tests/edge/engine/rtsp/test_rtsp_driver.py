@@ -233,10 +233,6 @@ async def test_the_tail_flushed_at_a_session_end_ends_a_batch(
 async def test_play_answer_stalled_past_the_timeout(autojump_clock: trio.testing.MockClock, media: Media) -> None:
     async with running(media, [Behaviour(play_stall=math.inf)], timeout_secs=3, reconnect_delay_secs=5) as rig:
         camera, driver, flow = rig.camera, rig.driver, rig.flow
-        # Playing without a packet is "connected", never "receiving" (CI: a test killed the
-        # camera on "receiving" before the first RTP and waited for a disconnect that was none).
-        await rig.until(lambda: camera.connections and camera.connections[0].play_answered_at is not None)
-        assert driver.state(0) == "connected"
         await rig.until(lambda: len(camera.connections) >= 3 and camera.connections[2].closed_at is not None)
         first = camera.connections[0]
         assert near((first.closed_at or 0) - first.opened_at, 3.0)
