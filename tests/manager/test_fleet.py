@@ -160,8 +160,14 @@ async def registered_node(a: Instance) -> tuple[uuid.UUID, str]:
         await node.wait_authenticated()
         assert node.registered is not None
         secret = node.registered.node_secret.get_secret_value()
-    await eventually(lambda: _status_is(a.store, node_id, NodeStatus.OFFLINE))
+    # The registration socket's close is stored (written behind): its "disconnected" event.
+    await eventually(lambda: _has_message(a.store, node_id, DISCONNECTED_MESSAGE))
+    assert await _status_is(a.store, node_id, NodeStatus.OFFLINE)
     return node_id, secret
+
+
+async def _has_message(store: Store, node_id: uuid.UUID, message: str) -> bool:
+    return message in await messages_of(store, node_id)
 
 
 async def _status_is(store: Store, node_id: uuid.UUID, status: NodeStatus) -> bool:
@@ -270,7 +276,15 @@ async def test_a_node_moving_to_another_instance_is_not_marked_offline_by_the_ol
                     return node_id not in a.hub.local_node_ids
 
                 await eventually(a_let_go)
+                # Status and events are written behind (services/manager/reports.py): B's
+                # "online" first, then whatever A still has waiting, so an "offline" from A's
+                # close would land last and show (CI read the registration's "offline" here
+                # before either batch was written).
+                await b.hub.reports.flush()
+                await a.hub.reports.flush()
                 assert await _status_is(a.store, node_id, NodeStatus.ONLINE)
+                messages = await messages_of(a.store, node_id)
+                assert messages[-2:] == [CONNECTED_MESSAGE, CONNECTED_MESSAGE], messages
                 assert await holds(a.store, node_id, b.fleet)
                 # Commands on A now go to B.
                 assert (await a.hub.send_command(node_id, {"type": "restart_flow", "flow_id": "cam1"})).success
