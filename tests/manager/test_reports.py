@@ -34,7 +34,12 @@ async def messages(store: Store) -> list[str]:
 
 
 async def new_node(store: Store, name: str = "n") -> uuid.UUID:
-    return (await store.create_node(NewNode(name=name, registration_token_digest=uuid.uuid4().hex * 2))).id
+    """A node that registered and then went offline (only such nodes have reports)."""
+    token_digest = uuid.uuid4().hex * 2
+    node_id = (await store.create_node(NewNode(name=name, registration_token_digest=token_digest))).id
+    assert await store.consume_registration_token(token_digest, "ciphertext") is not None
+    await store.update_node_runtime(node_id, status=NodeStatus.OFFLINE)
+    return node_id
 
 
 async def test_updates_coalesce_per_node_and_events_keep_their_order(tmp_path: Path) -> None:
@@ -47,7 +52,7 @@ async def test_updates_coalesce_per_node_and_events_keep_their_order(tmp_path: P
         reports.add_event(event("disconnected", node_id))
         reports.update_runtime(node_id, status=NodeStatus.ONLINE, last_seen_at=ARRIVAL)
         reports.add_event(event("connected again", node_id))
-        assert (await store.get_node(node_id)).status is NodeStatus.PENDING  # type: ignore[union-attr]
+        assert (await store.get_node(node_id)).status is NodeStatus.OFFLINE  # type: ignore[union-attr]
 
         await reports.flush()
 
@@ -73,6 +78,28 @@ async def test_a_node_deleted_meanwhile_is_skipped_and_the_rest_written(tmp_path
 
         assert (await store.get_node(kept)).status is NodeStatus.DEGRADED  # type: ignore[union-attr]
         assert await messages(store) == ["e"]
+
+
+async def test_a_report_queued_before_a_new_token_leaves_the_node_pending(tmp_path: Path) -> None:
+    """CI: a node's socket closed, its ``offline`` waited in the batch, an admin made a new
+    token (the node ``pending``), and the batch then wrote ``offline`` over it: the node's
+    registration with the new token was refused, since only a pending node registers."""
+    async with await Store.open(sqlite_url(tmp_path)) as store:
+        node_id = await new_node(store)
+        reports = NodeReports(store, wall_clock=lambda: ARRIVAL)
+        reports.update_runtime(node_id, status=NodeStatus.OFFLINE, last_seen_at=ARRIVAL)
+        reports.add_event(event("disconnected", node_id))
+        new_digest = "ab" * 32
+        await store.reset_registration_token(node_id, new_digest)
+
+        await reports.flush()
+
+        record = await store.get_node(node_id)
+        assert record is not None and record.status is NodeStatus.PENDING
+        assert record.last_seen_at == ARRIVAL  # the rest of the report is written
+        assert await messages(store) == ["disconnected"]
+        registered = await store.consume_registration_token(new_digest, "new-ciphertext")
+        assert registered is not None and registered.status is NodeStatus.OFFLINE
 
 
 async def test_events_beyond_the_bound_drop_the_oldest(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ from services.manager.hub import (
     NodeNotConnected,
 )
 from services.manager.service import Principal, rfc3339
-from services.manager.store import DeviceType, JsonObject, NewNode, NodeChanges, NodeRecord, NodeStatus, Role
+from services.manager.store import DeviceType, JsonObject, NewNode, NodeChanges, NodeRecord, Role
 
 __all__ = ["DEVICE_TYPE_NAMES", "NodeCreate", "NodeOut", "NodeUpdate", "bp"]
 
@@ -336,9 +336,9 @@ async def new_token(node_id: str) -> Response:
     await service().store.reset_registration_token(uid, digest)
     hub = node_hub()
     if await hub.disconnect(uid):
+        # The close's ``offline`` is written behind and cannot move the node out of ``pending``
+        # (Store.record_node_reports), so it is pending until it registers.
         await hub.wait_disconnected(uid, DISCONNECT_WAIT_S)
-        # The hub's close bookkeeping wrote ``offline``; the node is pending until it registers.
-        await service().store.update_node_runtime(uid, status=NodeStatus.PENDING)
     return json_response({"registration_token": token}, headers={"Cache-Control": "no-store"})
 
 

@@ -153,6 +153,10 @@ def consume_registration_token(
             registration_token_digest=None,
             node_secret_ciphertext=secret_ciphertext,
             pending_secret_ciphertext=None,
+            # Out of ``pending`` here, in the same statement: the hub's reports never move a
+            # pending node (update_node_runtime's ``keep_pending``). ``offline`` until the hub's
+            # ``online``, written behind, lands (within its batch interval, 0.25 s).
+            status=NodeStatus.OFFLINE.value,
             updated_at=now,
         )
         .returning(*_PUBLIC_COLUMNS)
@@ -202,13 +206,23 @@ def finish_secret_rotation(conn: sa.Connection, node_id: UUID, now: datetime) ->
     return False
 
 
-def update_node_runtime(conn: sa.Connection, node_id: UUID, runtime: Mapping[str, Any]) -> None:
+def update_node_runtime(
+    conn: sa.Connection, node_id: UUID, runtime: Mapping[str, Any], *, keep_pending: bool = False
+) -> None:
     unknown = set(runtime) - _RUNTIME
     if unknown:
         raise TypeError(f"not a node runtime field: {', '.join(sorted(unknown))}")
-    values = dict(runtime)
+    values: dict[str, Any] = dict(runtime)
     if "status" in values:
-        values["status"] = NodeStatus(values["status"]).value
+        status = NodeStatus(values["status"]).value
+        if keep_pending:
+            # A report written behind (services/manager/reports.py) may have been queued before
+            # an admin's new token set the node ``pending`` (interop 7.2): it must not take the
+            # node out of it, or the new token is refused (registration needs ``pending``).
+            pending = NodeStatus.PENDING.value
+            values["status"] = sa.case((nodes.c.status == pending, pending), else_=status)
+        else:
+            values["status"] = status
     if values.get("software_version") is not None:
         values["software_version"] = values["software_version"][:SHORT_TEXT_MAX]  # interop 6: versions ≤256
     if not values:

@@ -295,8 +295,9 @@ class Store:
 
         Atomic: of two sockets racing with one token, one gets the node and the other None.
         None also when the token is unknown, already used, or the node is not ``pending``
-        or has expired. The status stays ``pending``; the hub sets it with
-        ``update_node_runtime``.
+        or has expired. The status becomes ``offline`` in the same statement, since reports
+        written behind never take a node out of ``pending`` (``record_node_reports``); the hub's
+        ``online`` follows with its next batch.
         """
         return await self._run(True, nodes.consume_registration_token, token_digest, secret_ciphertext, self._clock())
 
@@ -322,7 +323,10 @@ class Store:
     async def record_node_reports(self, runtime: Mapping[UUID, Mapping[str, Any]], batch: Sequence[NewEvent]) -> int:
         """What the hub batched (``services.manager.reports``), in one transaction: the runtime
         fields of each node (as ``update_node_runtime``; a node deleted meanwhile is skipped)
-        and the events. Returns how many nodes were skipped."""
+        and the events. Returns how many nodes were skipped.
+
+        A ``pending`` node keeps that status whatever the batch says: a report queued before an
+        admin reset the node's token (``reset_registration_token``) lands after it."""
         return await self._run(True, _record_node_reports, runtime, list(batch), self._clock())
 
     async def mark_all_nodes_offline(self) -> int:
@@ -479,7 +483,7 @@ def _record_node_reports(
     skipped = 0
     for node_id, fields in runtime.items():
         try:
-            nodes.update_node_runtime(conn, node_id, fields)
+            nodes.update_node_runtime(conn, node_id, fields, keep_pending=True)
         except NodeNotFound:
             skipped += 1
     events.add_events(conn, batch, now)

@@ -107,7 +107,7 @@ async def test_consuming_the_token_registers_once(store: Store) -> None:
     node = await store.create_node(new_node())
     registered = await store.consume_registration_token(digest("token-1"), "ciphertext-1")
     assert registered is not None and registered.id == node.id
-    assert registered.status is NodeStatus.PENDING  # the hub sets online after auth_ok
+    assert registered.status is NodeStatus.OFFLINE  # out of pending with the token; the hub's reports say online
     credentials = await store.get_node_credentials(node.id)
     assert credentials is not None
     assert credentials.secret_ciphertext == "ciphertext-1" and credentials.pending_secret_ciphertext is None
