@@ -12,29 +12,9 @@ import pytest
 from services.edge.core.fec import FecDecoder, FecEncoder
 from tests.helpers.edge import free_udp_port, running_edge, wait_for
 from tests.helpers.media import UdpSink, rtp_stream
+from tests.helpers.ports import free_port_block
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port_block(span: int) -> int:
-    """A UDP port p with p .. p+span free (for media + FEC on +2 and +4)."""
-    for _ in range(200):
-        base = free_udp_port()
-        if base + span > 65535:
-            continue
-        socks = []
-        try:
-            for offset in range(span + 1):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", base + offset))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port block")
 
 
 def send_paced(packets: list[tuple[bytes, int]], pps: float) -> None:
@@ -79,7 +59,7 @@ def test_2022_7_merge_fills_independent_losses(tmp_path: Path) -> None:
 
 
 def test_fec_decode_repairs_single_losses_bit_exact(tmp_path: Path) -> None:
-    base, out = free_port_block(4), free_udp_port()
+    base, out = free_port_block(range(5)), free_udp_port()
     columns, rows = 5, 10
     flow = {
         "id": "fec1",
@@ -123,7 +103,7 @@ def test_fec_decode_repairs_single_losses_bit_exact(tmp_path: Path) -> None:
 
 
 def test_fec_encode_output_is_decodable(tmp_path: Path) -> None:
-    port_in, base_out = free_udp_port(), free_port_block(4)
+    port_in, base_out = free_udp_port(), free_port_block(range(5))
     columns, rows = 4, 5
     flow = {
         "id": "enc1",

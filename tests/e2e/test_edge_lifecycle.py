@@ -36,6 +36,7 @@ from tests.helpers.edge import (
     wait_for,
 )
 from tests.helpers.media import UdpSink, rtp_stream, send_datagrams
+from tests.helpers.ports import free_port_block
 
 pytestmark = pytest.mark.e2e
 
@@ -70,15 +71,6 @@ def distinct_free_udp_ports(count: int) -> list[int]:
         if len(ports) == count:
             return ports
     raise AssertionError(f"found only {len(ports)} distinct free UDP ports of {count}")
-
-
-def free_udp_port_run(span: int = 5) -> int:
-    """A port P with P .. P+span-1 all free on 127.0.0.1 (FEC takes P+2 and P+4)."""
-    for _ in range(200):
-        base = free_udp_port()
-        if base + span - 1 <= 65535 and not any(udp_port_bound(base + k) for k in range(span)):
-            return base
-    raise AssertionError(f"no run of {span} free UDP ports found")
 
 
 def flow_states(api: httpx.Client) -> dict[str, str]:
@@ -233,7 +225,7 @@ def test_a_2022_7_leg_clashes_with_a_main_bind(api: httpx.Client, which: str) ->
 
 @pytest.mark.parametrize("offset", [2, 4])
 def test_fec_ports_are_occupied(api: httpx.Client, offset: int) -> None:
-    base = free_udp_port_run(5)
+    base = free_port_block(range(5))
     create(api, rtp_flow("ownerF", loopback(base), fec_decode={"columns": 5, "rows": 5}))
     before = configured(api)
     r = api.post("/api/v1/flows", json=rtp_flow("otherF", loopback(base + offset)))
@@ -241,7 +233,7 @@ def test_fec_ports_are_occupied(api: httpx.Client, offset: int) -> None:
 
 
 def test_a_new_flows_fec_ports_clash_with_a_main_bind(api: httpx.Client) -> None:
-    base = free_udp_port_run(5)
+    base = free_port_block(range(5))
     create(api, rtp_flow("ownerG", loopback(base + 2)))
     before = configured(api)
     r = api.post("/api/v1/flows", json=rtp_flow("otherG", loopback(base), fec_decode={"columns": 5, "rows": 5}))

@@ -19,15 +19,10 @@ from appliance.relayproto import BindAuthorization, compute_bind_token
 from services.edge.tunnels.runner import TunnelRunner
 from services.relay.control import RelayTunnels
 from services.relay.quic_relay import QuicRelay
+from tests.helpers.ports import free_port, free_udp_port
 
 KEY = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 BIND_SECRET = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
-
-
-def free_port(kind: int = socket.SOCK_DGRAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class StateLog:
@@ -105,7 +100,7 @@ async def udp_roundtrip(
 
 async def test_udp_tunnel_through_the_relay_zero_loss_and_no_plaintext_at_relay() -> None:
     tunnel_id = str(uuid.uuid4())
-    source_port, sink_port = free_port(), free_port()
+    source_port, sink_port = free_udp_port(), free_udp_port()
     sink = trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     await sink.bind(("127.0.0.1", sink_port))
     seen_at_relay: list[bytes] = []
@@ -177,7 +172,7 @@ async def test_tcp_tunnel_echo_with_fin(mode: str) -> None:
                 egress_extra: dict[str, Any] = {}
                 ingress_extra: dict[str, Any] = {}
             else:
-                listen = free_port()
+                listen = free_udp_port()
                 common = {"mode": "direct", "tunnel_psk": "correct horse battery staple"}
                 egress_extra = {"peer_addr": f"127.0.0.1:{listen}"}
                 ingress_extra = {"direct_listen_addr": f"127.0.0.1:{listen}"}
@@ -195,7 +190,7 @@ async def test_tcp_tunnel_echo_with_fin(mode: str) -> None:
 
 async def test_direct_udp_without_key_and_wrong_psk_fails() -> None:
     tunnel_id = str(uuid.uuid4())
-    listen, source_port, sink_port = free_port(), free_port(), free_port()
+    listen, source_port, sink_port = free_udp_port(), free_udp_port(), free_udp_port()
     sink = trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     await sink.bind(("127.0.0.1", sink_port))
     ingress = tunnel(
@@ -229,10 +224,10 @@ async def test_direct_udp_without_key_and_wrong_psk_fails() -> None:
 
 async def test_bind_auth_required_then_relay_restart_rebinds() -> None:
     tunnel_id = str(uuid.uuid4())
-    source_port, sink_port = free_port(), free_port()
+    source_port, sink_port = free_udp_port(), free_udp_port()
     sink = trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     await sink.bind(("127.0.0.1", sink_port))
-    relay_port = free_port()
+    relay_port = free_udp_port()
     common = {"mode": "relay", "relay_addr": f"127.0.0.1:{relay_port}", "tunnel_encryption_key": KEY}
     egress = tunnel(tunnel_id, "egress", "udp", f"127.0.0.1:{source_port}", **common)  # no bind secret
     ingress = tunnel(tunnel_id, "ingress", "udp", f"127.0.0.1:{sink_port}", **common, tunnel_bind_secret=BIND_SECRET)

@@ -27,21 +27,14 @@ from typing import Any
 
 import httpx
 
+# Re-exported: most tests take them from here.
+from tests.helpers.ports import free_port as free_port
+from tests.helpers.ports import free_udp_port as free_udp_port
+
 EDGE_BIN = Path(sys.executable).with_name("mp-edge")
 JWT_SECRET = "0123456789abcdef" * 4
 ADMIN = ("admin-client", "admin-secret-0123456789")
 MONITOR = ("monitor-client", "monitor-secret-0123456789")
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    """A port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def free_udp_port() -> int:
-    return free_port(socket.SOCK_DGRAM)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from services.relay.config import RelayConfigStore
 from services.relay.control import ConnectionId, RelayTunnels, TunnelDownMessage
 from services.relay.native_plane import NIL_PREFIX, Register, decode_ack, encode_register
 from services.relay.service import RelayService
+from tests.helpers.ports import free_udp_port
 
 TOKEN = "relay-api-token-" + "7" * 24
 SECRET = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
@@ -119,12 +120,6 @@ class Running:
     client: httpx.AsyncClient
     quic: FakeQuic
     events: list[tuple[str, str, str]]
-
-
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @asynccontextmanager
@@ -258,7 +253,7 @@ async def test_health_and_stats_have_exactly_the_interface_fields(tmp_path: Path
 
 async def test_health_carries_the_manager_object_when_one_is_configured(tmp_path: Path) -> None:
     # A manager nobody listens on: the link keeps reconnecting.
-    manager = {"enabled": True, "url": f"wss://127.0.0.1:{_free_udp_port()}/ws/node", "registration_token": "t"}
+    manager = {"enabled": True, "url": f"wss://127.0.0.1:{free_udp_port()}/ws/node", "registration_token": "t"}
     async with running_relay(tmp_path, manager=manager) as relay:
         health = (await relay.client.get("/health")).json()
         assert set(health) == HEALTH_FIELDS | {"manager"}

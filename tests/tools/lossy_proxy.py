@@ -38,6 +38,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 
+# Re-exported for the interop tests.
+from tests.helpers.ports import free_port_block as free_port_block
+
 _MAX_DATAGRAM = 65535
 
 
@@ -205,27 +208,3 @@ class LossyUdpProxy:
             self.stats.forwarded += 1
         except OSError:
             self.stats.send_errors += 1
-
-
-def free_port_block(offsets: Iterable[int] = (0, 2, 4), host: str = "127.0.0.1", attempts: int = 50) -> int:
-    """A base port P such that P + each offset is free for UDP now (media, +2 column, +4 row FEC).
-
-    Racy by nature (another process may take a port later); tests bind right after.
-    """
-    offsets = tuple(offsets)
-    rng = random.Random()
-    for _ in range(attempts):
-        base = rng.randrange(20000, 60000, 2)
-        socks: list[socket.socket] = []
-        try:
-            for off in offsets:
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                socks.append(s)
-                s.bind((host, base + off))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free UDP port block found")

@@ -43,6 +43,7 @@ from services.edge.core.rtmp.flv import (
     parse_audio_tag,
     parse_video_tag,
 )
+from tests.helpers.ports import free_port
 from tests.helpers.tools import need_tool
 
 pytestmark = pytest.mark.interop
@@ -128,13 +129,6 @@ def test_ffmpeg_publishes_to_the_server() -> None:
     assert len([e for e in audio if e.tag.packet is PacketKind.FRAME]) >= 80
     assert [e for e in events if isinstance(e, StreamEnded)] == [StreamEnded(1, "key", "FCUnpublish")]
     assert events[-1] == ConnectionClosed()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def connect_when_listening(port: int, proc: subprocess.Popen[bytes]) -> socket.socket:

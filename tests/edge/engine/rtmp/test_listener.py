@@ -16,6 +16,7 @@ from services.edge.engine.rtmp import listener as rtmp_listener
 from services.edge.engine.rtmp.listener import Route, join, leave
 from services.edge.engine.udp import FlowStartError
 from tests.edge.core.mux.test_from_flv import ASC, AVCC, avc_frame
+from tests.helpers.ports import free_port
 
 
 class FakeFlow:
@@ -39,13 +40,6 @@ class FakeFlow:
 
     def messages(self) -> list[str]:
         return [e.message for e in self.events]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Client:

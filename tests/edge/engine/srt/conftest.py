@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -30,13 +29,6 @@ def _require_libsrt() -> None:
 @pytest.fixture(autouse=True)
 def libsrt() -> None:
     _require_libsrt()
-
-
-def free_udp_port() -> int:
-    """A UDP port free on 127.0.0.1 right now (SRT runs over UDP)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class SltProcess:

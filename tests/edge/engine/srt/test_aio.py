@@ -20,8 +20,9 @@ from services.edge.engine.srt.aio import (
     srt_connect,
     srt_listen,
 )
+from tests.helpers.ports import free_udp_port
 
-from .conftest import PASSPHRASE, free_udp_port, message
+from .conftest import PASSPHRASE, message
 
 STATS_KEYS = {
     "state",

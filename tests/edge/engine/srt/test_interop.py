@@ -21,8 +21,9 @@ from appliance.models.config import SrtLeg
 from services.edge.engine.srt import binding as b
 from services.edge.engine.srt.aio import SrtConnectError, srt_connect
 from services.edge.engine.srt.runner import SrtLegRunner, SrtLegState, SrtPeerConnected
+from tests.helpers.ports import free_udp_port
 
-from .conftest import PASSPHRASE, SltProcess, UdpSink, free_udp_port, message, wait_until
+from .conftest import PASSPHRASE, SltProcess, UdpSink, message, wait_until
 
 pytestmark = pytest.mark.interop
 

@@ -20,8 +20,9 @@ from services.edge.engine.srt.runner import (
     SrtPeerDisconnected,
     SrtPeerRefused,
 )
+from tests.helpers.ports import free_udp_port
 
-from .conftest import PASSPHRASE, free_udp_port, message, wait_until
+from .conftest import PASSPHRASE, message, wait_until
 
 
 def viewer_leg(port: int) -> SrtLeg:
