@@ -67,6 +67,15 @@ def _config() -> dict[str, Any]:
 def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
     tmp: Path = tmp_path_factory.mktemp("nmos")
     with running_edge(tmp, config=_config()) as running:
+        # Settled first: cam1's two senders turn active (and take a new version) once the flow
+        # runs, which CI once saw happen between the listing and the GET it was compared with.
+        with running.client() as client:
+
+            def cam1_running() -> bool:
+                senders = client.get(f"{BASE}/senders/").json()
+                return sum(bool(s["subscription"]["active"]) for s in senders) == 2
+
+            wait_for(cam1_running, timeout=15)
         yield running
 
 

@@ -159,6 +159,21 @@ async def test_a_new_token_resets_the_node_to_pending_without_secret(store: Stor
         await store.reset_registration_token(uuid.uuid4(), digest("x"))
 
 
+async def test_the_hubs_batch_never_takes_a_node_out_of_pending(store: Store, clock: FakeClock) -> None:
+    """A report queued before a new token (services/manager/reports.py) lands after it."""
+    node = await store.create_node(new_node())
+    await store.consume_registration_token(digest("token-1"), "ciphertext")
+    await store.reset_registration_token(node.id, digest("token-new"))
+    seen = clock.advance(timedelta(seconds=5))
+    await store.record_node_reports({node.id: {"status": NodeStatus.OFFLINE, "last_seen_at": seen}}, [])
+    got = await store.get_node(node.id)
+    assert got is not None and got.status is NodeStatus.PENDING and got.last_seen_at == seen
+    registered = await store.consume_registration_token(digest("token-new"), "ciphertext-2")
+    assert registered is not None and registered.status is NodeStatus.OFFLINE
+    await store.record_node_reports({node.id: {"status": NodeStatus.ONLINE}}, [])  # not pending: written
+    assert (await store.get_node(node.id)).status is NodeStatus.ONLINE  # type: ignore[union-attr]
+
+
 async def test_secret_rotation_keeps_both_until_the_ack(store: Store) -> None:
     node = await store.create_node(new_node())
     await store.consume_registration_token(digest("token-1"), "old")
