@@ -11,20 +11,18 @@ import pytest
 
 from services.edge.core.fec import FecDecoder, FecEncoder
 from tests.helpers.edge import free_udp_port, running_edge, wait_for
-from tests.helpers.media import UdpSink, rtp_stream
+from tests.helpers.media import Pacer, UdpSink, rtp_stream
 from tests.helpers.ports import free_port_block
 
 pytestmark = pytest.mark.e2e
 
 
 def send_paced(packets: list[tuple[bytes, int]], pps: float) -> None:
+    pacer = Pacer(pps)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        start = time.monotonic()
-        for i, (data, port) in enumerate(packets):
+        for data, port in packets:
             sock.sendto(data, ("127.0.0.1", port))
-            ahead = start + i / pps - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
+            pacer.sent_one()
 
 
 def test_2022_7_merge_fills_independent_losses(tmp_path: Path) -> None:

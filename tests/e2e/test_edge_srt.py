@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
-from tests.helpers.media import TsSource, UdpSink, rtp_stream, send_datagrams
+from tests.helpers.media import Pacer, TsSource, UdpSink, rtp_stream, send_datagrams
 from tests.helpers.srt import SLT, Slt, require, stats
 
 pytestmark = [pytest.mark.e2e, pytest.mark.interop]
@@ -163,23 +163,27 @@ def test_srt_input_redundancy_survives_a_killed_leg(edge: Edge, tmp_path: Path) 
     }
     with edge.client() as api:
         assert api.post("/api/v1/flows", json=flow).status_code == 200
-    slt1 = Slt(tmp_path / "slt1.log", f"udp://127.0.0.1:{udp1}", f"srt://127.0.0.1:{leg1}?mode=caller&latency=80")
-    slt2 = Slt(tmp_path / "slt2.log", f"udp://127.0.0.1:{udp2}", f"srt://127.0.0.1:{leg2}?mode=caller&latency=80")
+    # 4 MiB UDP input buffers and a paced feed without bursts (tests/helpers/media.Pacer says why).
+    feed = "rcvbuf=4194304"
+    slt1 = Slt(
+        tmp_path / "slt1.log", f"udp://127.0.0.1:{udp1}?{feed}", f"srt://127.0.0.1:{leg1}?mode=caller&latency=80"
+    )
+    slt2 = Slt(
+        tmp_path / "slt2.log", f"udp://127.0.0.1:{udp2}?{feed}", f"srt://127.0.0.1:{leg2}?mode=caller&latency=80"
+    )
     try:
         wait_for(lambda: leg_states(edge, "red") == ["connected", "connected"], timeout=10)
         datagrams = raw_ts(1500)
         import socket
 
         with UdpSink(out) as sink, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
-            start = time.monotonic()
+            pacer = Pacer(1000)
             for i, d in enumerate(datagrams):
                 tx.sendto(d, ("127.0.0.1", udp1))
                 tx.sendto(d, ("127.0.0.1", udp2))
                 if i == 600:
                     threading.Thread(target=slt1.stop).start()  # leg 1 dies mid-stream
-                ahead = start + i / 1000 - time.monotonic()
-                if ahead > 0:
-                    time.sleep(ahead)
+                pacer.sent_one()
             wait_for(lambda: len(sink.datagrams) >= 1500, timeout=10)
         assert sink.datagrams == datagrams  # no gap, no duplicate
         s = wait_for(lambda: leg_states(edge, "red")[0] in ("broken", "connecting") and stats(edge, "red"))

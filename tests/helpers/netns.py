@@ -45,6 +45,7 @@ import pytest
 
 from tests.helpers.edge import EDGE_BIN, write_config
 from tests.helpers.manager import MANAGER_BIN, Manager, manager_env
+from tests.helpers.media import Pacer
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 _LISTENING = re.compile(r"mp-manager \S+ listening on (https?)://(\S+):(\d+)")
@@ -374,11 +375,9 @@ def send_multicast(group: str, port: int, datagrams: Iterable[bytes], iface_addr
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(iface_addr))
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
-        start = time.monotonic()
+        pacer = Pacer(pps)
         for datagram in datagrams:
             sock.sendto(datagram, (group, port))
             sent += 1
-            ahead = start + sent / pps - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
+            pacer.sent_one()
     return sent
