@@ -19,7 +19,7 @@ import pytest
 
 from tests.cli.helpers import MP
 from tests.helpers.edge import Edge, free_udp_port, running_edge, wait_for
-from tests.helpers.media import VIDEO_PID, TsSource, rtp_packet
+from tests.helpers.media import VIDEO_PID, Pacer, TsSource, rtp_packet
 from tests.helpers.srt import SLT, Slt, require
 
 pytestmark = pytest.mark.e2e
@@ -44,10 +44,8 @@ class Sender:
         self._thread.start()
 
     def _run(self) -> None:
-        import time
-
-        start = time.monotonic()
-        for sent in range(MAX_PACKETS):
+        pacer = Pacer(self.pps)
+        for _ in range(MAX_PACKETS):
             if self._stop.is_set():
                 return
             if self.cc_jump.is_set():  # TS continuity broken, RTP sequence intact (TR 101 290 1.4)
@@ -58,9 +56,7 @@ class Sender:
             for index, dest in enumerate(self.dests):
                 if index not in self.paused:
                     self._sock.sendto(datagram, dest)
-            ahead = start + (sent + 1) / self.pps - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
+            pacer.sent_one()
 
     def stop(self) -> None:
         self._stop.set()
