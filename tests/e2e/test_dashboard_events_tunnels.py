@@ -347,7 +347,7 @@ def test_a_viewer_sees_both_pages_without_controls(fleet: Fleet) -> None:
             # The sink edge goes away (this module's last test): its leg stays, marked stale with
             # the last state it reported. Its stop closes its relay connection, so the relay tells
             # the source leg its peer is gone (interop.md 8.2: tunnel_waiting) and the source leg,
-            # still live, says Waiting: the page shows both, whichever report lands first.
+            # still live, says Waiting. The page settles on both, in whichever order they land.
             fleet.sink.stop()
             expect(row.locator(".tn-leg .badge")).to_have_text(["Waiting", "last: Connected"], timeout=WAIT_MS)
             expect(row.locator(".tn-leg").nth(1).locator(".tn-node-status")).to_have_text("offline")
